@@ -1,0 +1,315 @@
+"""Full-text search over traces, policies, world models and skills (SQLite FTS5).
+
+Each searchable kind has two FTS5 *external-content* tables over its base table, keyed by the integer
+`rid` column (see `models.SearchableMixin`), so the text is stored once:
+
+* `<table>_fts_tri`  (`tokenize='trigram'`): substring matching, identifiers, CJK text of ≥ 3 characters;
+* `<table>_fts_word` (`tokenize='porter unicode61 remove_diacritics 2'`): stemmed English words, for
+  ranking natural-language queries.
+
+Triggers keep both in sync on INSERT, DELETE and UPDATE OF the indexed columns, using the external-content
+'delete' idiom (the old values must be given back to remove their tokens). The DDL is created by migration
+2 (`migrations.py`), never by metadata events, and `rebuild_fts` back-fills rows that predate it.
+
+Queries never pass user text to MATCH as syntax: every term is quoted (double quotes doubled) and the
+terms are OR-ed, so no input can raise an FTS5 syntax error. Terms shorter than 3 characters cannot match
+a trigram index; `pattern_search` covers them (2-character words, CJK bigrams) with an escaped LIKE scan.
+
+Only SQLite is supported for now: on any other dialect the search helpers return [] and the DDL helpers do
+nothing (PostgreSQL full-text search can be added behind the same functions later).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Table,
+    Text,
+    case,
+    cast,
+    column,
+    func,
+    literal_column,
+    or_,
+    select,
+    table,
+    true,
+)
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import ColumnClause
+
+from memos_bridge.storage.models import PolicyRow, SearchableMixin, SkillRow, TraceRow, WorldModelRow
+from memos_bridge.storage.owner import OwnerFilter
+
+FtsKind = Literal["trace", "policy", "world_model", "skill"]
+Tokenizer = Literal["word", "trigram"]
+
+TOKENIZERS: dict[Tokenizer, tuple[str, str]] = {
+    # tokenizer name -> (table suffix, FTS5 tokenize option)
+    "trigram": ("fts_tri", "trigram"),
+    "word": ("fts_word", "porter unicode61 remove_diacritics 2"),
+}
+
+MAX_TERMS = 32
+"""Upper bound on terms per query: keeps MATCH expressions and LIKE scans bounded."""
+
+TRIGRAM_MIN_CHARS = 3
+
+
+@dataclass(frozen=True)
+class FtsSpec:
+    """How one searchable kind is indexed."""
+
+    kind: FtsKind
+    model: type[SearchableMixin]
+    columns: tuple[str, ...]
+
+    @property
+    def base_table(self) -> Table:
+        tbl = getattr(self.model, "__table__")  # noqa: B009 - mixin type does not declare __table__
+        assert isinstance(tbl, Table)
+        return tbl
+
+    def fts_table(self, tokenizer: Tokenizer) -> str:
+        return f"{self.base_table.name}_{TOKENIZERS[tokenizer][0]}"
+
+
+FTS_SPECS: dict[FtsKind, FtsSpec] = {
+    spec.kind: spec
+    for spec in (
+        FtsSpec("trace", TraceRow, ("user_text", "agent_text", "summary", "reflection", "tags_json")),
+        FtsSpec(
+            "policy",
+            PolicyRow,
+            ("title", "trigger", "procedure", "verification", "boundary", "decision_guidance_json"),
+        ),
+        FtsSpec("world_model", WorldModelRow, ("title", "body", "domain_tags_json")),
+        FtsSpec("skill", SkillRow, ("name", "invocation_guide")),
+    )
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DDL
+
+
+def _q(identifier: str) -> str:
+    """Quote an identifier: some indexed columns are SQL keywords (`policies.trigger`)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def fts_ddl(spec: FtsSpec, tokenizer: Tokenizer) -> list[str]:
+    """CREATE statements (virtual table + 3 triggers) for one kind and tokenizer; all IF NOT EXISTS."""
+    base_name = spec.base_table.name
+    fts_name = spec.fts_table(tokenizer)
+    base, fts = _q(base_name), _q(fts_name)
+    cols = ", ".join(_q(c) for c in spec.columns)
+    new_vals = ", ".join(f"new.{_q(c)}" for c in spec.columns)
+    old_vals = ", ".join(f"old.{_q(c)}" for c in spec.columns)
+    tokenize = TOKENIZERS[tokenizer][1]
+    insert_new = f"INSERT INTO {fts}(rowid, {cols}) VALUES (new.rid, {new_vals});"
+    delete_old = f"INSERT INTO {fts}({fts}, rowid, {cols}) VALUES ('delete', old.rid, {old_vals});"
+    return [
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5("
+        f"{cols}, content='{base_name}', content_rowid='rid', tokenize='{tokenize}')",
+        f"CREATE TRIGGER IF NOT EXISTS {_q(fts_name + '_ai')} AFTER INSERT ON {base} BEGIN {insert_new} END",
+        f"CREATE TRIGGER IF NOT EXISTS {_q(fts_name + '_ad')} AFTER DELETE ON {base} BEGIN {delete_old} END",
+        f"CREATE TRIGGER IF NOT EXISTS {_q(fts_name + '_au')} AFTER UPDATE OF {cols} ON {base} "
+        f"BEGIN {delete_old} {insert_new} END",
+    ]
+
+
+def fts_table_names() -> list[str]:
+    return [spec.fts_table(tok) for spec in FTS_SPECS.values() for tok in TOKENIZERS]
+
+
+def create_fts(conn: Connection) -> None:
+    """Create every FTS table and trigger that does not exist yet (SQLite only)."""
+    if conn.dialect.name != "sqlite":
+        return
+    for spec in FTS_SPECS.values():
+        for tokenizer in TOKENIZERS:
+            for stmt in fts_ddl(spec, tokenizer):
+                conn.exec_driver_sql(stmt)
+
+
+def rebuild_fts(conn: Connection) -> None:
+    """Re-read every base table into its FTS indexes: back-fill after creation, or repair after drift."""
+    if conn.dialect.name != "sqlite":
+        return
+    for name in fts_table_names():
+        conn.exec_driver_sql(f"INSERT INTO {name}({name}) VALUES ('rebuild')")
+
+
+def fts_integrity_errors(conn: Connection) -> list[str]:
+    """Names of FTS tables whose index disagrees with their base table ([] when all agree; for `doctor`).
+
+    Uses FTS5 'integrity-check' with rank 1, which also compares the index with the external content.
+    The check runs in a savepoint so a failure does not abort the caller's transaction.
+    """
+    if conn.dialect.name != "sqlite":
+        return []
+    bad: list[str] = []
+    for name in fts_table_names():
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(f"INSERT INTO {name}({name}, rank) VALUES ('integrity-check', 1)")
+        except DBAPIError:
+            bad.append(name)
+    return bad
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Query text → safe terms
+
+_STRIPPED_CATEGORIES = {"Cc", "Cs"}  # control characters (incl. NUL) and lone surrogates
+_EDGE_PUNCT = {"Ps", "Pe", "Pi", "Pf", "Po"}  # brackets, quotes, commas... (not '_' or '-')
+
+
+def _clean(text: str) -> str:
+    return "".join(" " if unicodedata.category(ch) in _STRIPPED_CATEGORIES else ch for ch in text)
+
+
+def _strip_edges(term: str) -> str:
+    start, end = 0, len(term)
+    while start < end and unicodedata.category(term[start]) in _EDGE_PUNCT:
+        start += 1
+    while end > start and unicodedata.category(term[end - 1]) in _EDGE_PUNCT:
+        end -= 1
+    return term[start:end]
+
+
+def _distinct(terms: Iterable[str]) -> list[str]:
+    """Non-empty terms, de-duplicated case-insensitively in order, at most MAX_TERMS."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for term in terms:
+        folded = term.casefold()
+        if term and folded not in seen:
+            seen.add(folded)
+            out.append(term)
+            if len(out) >= MAX_TERMS:
+                break
+    return out
+
+
+def query_terms(query_text: str) -> list[str]:
+    """Split free text into distinct search terms.
+
+    Splits on whitespace, drops control characters and surrogates (they cannot be bound or would end an
+    FTS string early), trims surrounding punctuation ("(foo)," → "foo"), de-duplicates case-insensitively
+    and keeps at most MAX_TERMS.
+    """
+    return _distinct(_strip_edges(raw) for raw in _clean(query_text).split())
+
+
+def _usable(term: str, tokenizer: Tokenizer) -> bool:
+    if tokenizer == "trigram":
+        return len(term) >= TRIGRAM_MIN_CHARS
+    # unicode61 only indexes letters and digits; a term without any would be an empty phrase.
+    return any(ch.isalnum() for ch in term)
+
+
+def match_expression(terms: Iterable[str], tokenizer: Tokenizer) -> str | None:
+    """A MATCH expression OR-ing the quoted terms, or None when no term can match this tokenizer."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if _usable(t, tokenizer)]
+    return " OR ".join(quoted) if quoted else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Search
+
+
+def _is_sqlite(session: Session) -> bool:
+    return session.get_bind().dialect.name == "sqlite"
+
+
+def fts_search(
+    session: Session,
+    kind: FtsKind,
+    query_text: str,
+    *,
+    owner: OwnerFilter | None,
+    tokenizer: Tokenizer = "word",
+    limit: int = 20,
+) -> list[tuple[str, float]]:
+    """Ranked full-text matches of `query_text`: [(row id, score)], best first.
+
+    The score is −bm25 (higher is better; only comparable within one query and tokenizer). Rows outside
+    the owner's namespace (unless shared; `owner=None` = no filter) and archived rows are excluded.
+    Returns [] on non-SQLite.
+    """
+    if limit <= 0 or not _is_sqlite(session):
+        return []
+    expr = match_expression(query_terms(query_text), tokenizer)
+    if expr is None:
+        return []
+    spec = FTS_SPECS[kind]
+    base = spec.base_table
+    fts_name = spec.fts_table(tokenizer)
+    fts = table(fts_name, column("rowid"))
+    fts_ref: ColumnClause[Any] = literal_column(fts_name)
+    rank = func.bm25(fts_ref)
+    stmt = (
+        select(base.c.id, rank)
+        .select_from(fts.join(base, base.c.rid == fts.c.rowid))
+        .where(fts_ref.op("MATCH")(expr))
+        .where(_visible(owner, spec), base.c.archived_at.is_(None))
+        .order_by(rank, base.c.rid.desc())
+        .limit(limit)
+    )
+    return [(str(row_id), -float(score)) for row_id, score in session.execute(stmt)]
+
+
+def _visible(owner: OwnerFilter | None, spec: FtsSpec) -> ColumnElement[bool]:
+    """Namespace predicate; None means the operator's unfiltered view."""
+    return true() if owner is None else owner.clause(spec.model)
+
+
+def _like_pattern(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def pattern_search(
+    session: Session,
+    kind: FtsKind,
+    terms: Sequence[str],
+    *,
+    owner: OwnerFilter | None,
+    limit: int = 20,
+) -> list[tuple[str, float]]:
+    """Substring (LIKE) matches for terms the trigram index cannot serve (2-char words, CJK bigrams).
+
+    Score is the share of distinct terms found in any indexed column (1.0 = all), best first; ties go to
+    the newest row. `%` and `_` in terms match literally. A scan, so callers should keep it for short
+    terms. Returns [] on non-SQLite.
+    """
+    if limit <= 0 or not _is_sqlite(session):
+        return []
+    wanted = _distinct(_clean(t).strip() for t in terms)
+    if not wanted:
+        return []
+    spec = FTS_SPECS[kind]
+    base = spec.base_table
+    cols = [cast(base.c[name], Text) for name in spec.columns]
+    hits = [case((or_(*(col.like(_like_pattern(term), escape="\\") for col in cols)), 1), else_=0) for term in wanted]
+    matched = functools.reduce(operator.add, hits).label("matched")
+    stmt = (
+        select(base.c.id, matched)
+        .where(_visible(owner, spec), base.c.archived_at.is_(None))
+        .where(matched > 0)
+        .order_by(matched.desc(), base.c.rid.desc())
+        .limit(limit)
+    )
+    total = float(len(wanted))
+    return [(str(row_id), int(count) / total) for row_id, count in session.execute(stmt)]

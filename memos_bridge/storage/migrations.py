@@ -1,0 +1,184 @@
+"""Versioned, in-place schema upgrades.
+
+`MIGRATIONS` is an ordered list of `Migration(version, name, apply)`. `migrate(engine)` applies, in order,
+every migration whose version is not yet recorded in `schema_migrations`; each one runs in its own
+transaction together with the row that records it, so a failure leaves the database at the previous
+version (SQLite DDL is transactional once SQLAlchemy owns BEGIN, see `engine.py`). Writers BEGIN
+IMMEDIATE and the "already applied?" check happens inside that transaction, so two processes starting
+at once cannot apply a migration twice.
+
+How a later change adds a migration
+-----------------------------------
+1. Change the ORM in `models.py` (new column, table or index). Fresh databases get it from migration 1,
+   which creates the *current* ORM schema.
+2. Append `Migration(<next version>, "<short_name>", _fn)` to `MIGRATIONS`, where `_fn(conn)` brings an
+   *existing* database to the same shape idempotently, e.g.::
+
+       def _add_trace_lang(conn: Connection) -> None:
+           ensure_column(conn, TraceRow.__table__.c.lang)     # ALTER TABLE ADD COLUMN only if missing
+           ensure_index(conn, Index("ix_traces_lang", TraceRow.__table__.c.lang))
+
+   Because migration 1 already created the column on fresh databases, the helpers must check the
+   inspector first (`ensure_column`, `ensure_index`, `ensure_table` do). A new NOT NULL column needs a
+   `server_default` for SQLite's ALTER TABLE. Data back-fills belong in the same function.
+3. Never edit or renumber a released migration; the schema drift test (`tests/storage`) checks that a
+   database built by the migrations matches the ORM.
+
+SQLite-only steps (FTS5 DDL) must check `conn.dialect.name` and be a no-op elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Column, Connection, Engine, Index, Table, func, insert, inspect, select
+from sqlalchemy.schema import CreateColumn
+
+from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.storage.engine import fts5_available, is_sqlite, sqlite_version, writer
+from memos_bridge.storage.fts import create_fts, rebuild_fts
+from memos_bridge.storage.models import Base, SchemaMigrationRow
+from memos_bridge.timeutil import now_ms
+
+_MIGRATIONS_TABLE = Base.metadata.tables[SchemaMigrationRow.__tablename__]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step; `apply` runs inside the transaction that records it."""
+
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Idempotent helpers for migration functions
+
+
+def ensure_table(conn: Connection, table: Table) -> bool:
+    """Create `table` (with its indexes) if missing. Returns True when it was created."""
+    if inspect(conn).has_table(table.name):
+        return False
+    table.create(conn)
+    return True
+
+
+def ensure_column(conn: Connection, column: Column[Any], table_name: str | None = None) -> bool:
+    """ALTER TABLE ADD COLUMN unless the column already exists. Returns True when it was added.
+
+    `column` is usually `Model.__table__.c.<name>`; pass `table_name` for a free-standing Column.
+    """
+    name = table_name or getattr(column.table, "name", None)
+    if not name:
+        raise ValueError("ensure_column needs a table-bound column or table_name")
+    existing = {col["name"] for col in inspect(conn).get_columns(name)}
+    if column.name in existing:
+        return False
+    ddl = CreateColumn(column).compile(dialect=conn.dialect)
+    quoted = conn.dialect.identifier_preparer.quote(name)
+    conn.exec_driver_sql(f"ALTER TABLE {quoted} ADD COLUMN {ddl}")
+    return True
+
+
+def ensure_index(conn: Connection, index: Index) -> bool:
+    """Create `index` unless an index of that name exists on its table. Returns True when created."""
+    table = index.table
+    if table is None or index.name is None:
+        raise ValueError("ensure_index needs a named index bound to a table")
+    existing = {ix["name"] for ix in inspect(conn).get_indexes(table.name)}
+    if index.name in existing:
+        return False
+    index.create(conn)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The migrations
+
+
+def _baseline(conn: Connection) -> None:
+    Base.metadata.create_all(conn, checkfirst=True)
+
+
+def _fts5(conn: Connection) -> None:
+    if conn.dialect.name != "sqlite":
+        return
+    create_fts(conn)
+    rebuild_fts(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "baseline", _baseline),
+    Migration(2, "fts5", _fts5),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def _check_order(migrations: tuple[Migration, ...]) -> None:
+    versions = [m.version for m in migrations]
+    if versions != sorted(set(versions)) or versions[0] < 1:
+        raise RuntimeError(f"migration versions must be unique, ascending and ≥ 1: {versions}")
+
+
+_check_order(MIGRATIONS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running them
+
+
+def _recorded_version(conn: Connection) -> int:
+    if not inspect(conn).has_table(_MIGRATIONS_TABLE.name):
+        return 0
+    value = conn.execute(select(func.max(_MIGRATIONS_TABLE.c.version))).scalar()
+    return int(value or 0)
+
+
+def _is_applied(conn: Connection, version: int) -> bool:
+    stmt = select(_MIGRATIONS_TABLE.c.version).where(_MIGRATIONS_TABLE.c.version == version)
+    return conn.execute(stmt).first() is not None
+
+
+def current_version(engine: Engine) -> int:
+    """Highest applied migration version (0 for an empty database)."""
+    with engine.connect() as conn:
+        return _recorded_version(conn)
+
+
+def migrate(engine: Engine, *, target: int | None = None) -> list[int]:
+    """Apply pending migrations up to `target` (default: all). Returns the versions applied now.
+
+    Raises MemosError(unsupported) if the database was written by a newer build (its version is above
+    LATEST_VERSION), or if SQLite lacks FTS5 trigram support.
+    """
+    found = current_version(engine)
+    if found > LATEST_VERSION:
+        raise MemosError(
+            ErrorCode.UNSUPPORTED,
+            f"database schema version {found} is newer than this build supports ({LATEST_VERSION})",
+        )
+    pending = [m for m in MIGRATIONS if target is None or m.version <= target]
+    needs_fts5 = any(m.name == "fts5" and m.version > found for m in pending)
+    if needs_fts5 and is_sqlite(engine) and not fts5_available(engine):
+        raise MemosError(
+            ErrorCode.UNSUPPORTED,
+            f"SQLite {sqlite_version()} lacks FTS5 with the trigram tokenizer (needs ≥ 3.34 with FTS5)",
+        )
+    write_engine = writer(engine) if is_sqlite(engine) else engine
+    with write_engine.begin() as conn:
+        ensure_table(conn, _MIGRATIONS_TABLE)
+    applied: list[int] = []
+    for migration in pending:
+        with write_engine.begin() as conn:
+            if _is_applied(conn, migration.version):
+                continue
+            migration.apply(conn)
+            conn.execute(
+                insert(_MIGRATIONS_TABLE).values(version=migration.version, name=migration.name, applied_at=now_ms())
+            )
+        applied.append(migration.version)
+    return applied

@@ -1,0 +1,90 @@
+"""Owner namespaces: which rows a caller may see.
+
+Every business row belongs to a namespace `(agent kind, profile, workspace)`. A caller sees its own rows,
+plus rows that were shared with everyone (`share_scope` 'public' or 'global') on tables that can be
+shared. Both the SQL side (`OwnerFilter.clause`) and the in-memory vector index (`OwnerKey`) implement the
+same rule, so keyword and vector retrieval never disagree about visibility.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from sqlalchemy import ColumnElement, and_, or_
+
+from memos_bridge.storage.models import OwnershipMixin, ShareMixin
+
+SHARED_SCOPES: tuple[str, ...] = ("public", "global")
+"""Share scopes that make a row visible to every namespace."""
+
+
+class OwnerKey(NamedTuple):
+    """The namespace of one row as the vector index stores it.
+
+    `shared` is true when the row's share scope makes it visible to every namespace.
+    """
+
+    agent_kind: str
+    profile_id: str
+    workspace_id: str | None
+    shared: bool = False
+
+    @property
+    def namespace(self) -> tuple[str, str, str | None]:
+        return (self.agent_kind, self.profile_id, self.workspace_id)
+
+    @classmethod
+    def of_row(cls, row: OwnershipMixin) -> OwnerKey:
+        """The key of an ORM row (share scope taken into account when the table has one)."""
+        shared = isinstance(row, ShareMixin) and row.share_scope in SHARED_SCOPES
+        return cls(row.owner_agent_kind, row.owner_profile_id, row.owner_workspace_id, shared)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerFilter:
+    """The namespace a request acts in; produces the visibility predicate for any owned table."""
+
+    agent_kind: str = "unknown"
+    profile_id: str = "default"
+    workspace_id: str | None = None
+
+    @property
+    def key(self) -> OwnerKey:
+        return OwnerKey(self.agent_kind, self.profile_id, self.workspace_id)
+
+    def as_columns(self) -> dict[str, Any]:
+        """Owner column values for a new row: `TraceRow(**owner.as_columns(), ...)`."""
+        return {
+            "owner_agent_kind": self.agent_kind,
+            "owner_profile_id": self.profile_id,
+            "owner_workspace_id": self.workspace_id,
+        }
+
+    def owns(self, row: OwnershipMixin) -> bool:
+        """Whether `row` is in this namespace (sharing not considered): the test for edits and deletes."""
+        return (row.owner_agent_kind, row.owner_profile_id, row.owner_workspace_id) == (
+            self.agent_kind,
+            self.profile_id,
+            self.workspace_id,
+        )
+
+    def can_see(self, row: OwnershipMixin) -> bool:
+        """Python twin of `clause`, for rows already loaded."""
+        if self.owns(row):
+            return True
+        return isinstance(row, ShareMixin) and row.share_scope in SHARED_SCOPES
+
+    def clause(self, model: type[OwnershipMixin]) -> ColumnElement[bool]:
+        """WHERE clause selecting the rows of `model` visible in this namespace.
+
+        The workspace comparison is IS NOT DISTINCT FROM so that a NULL workspace matches only NULL.
+        """
+        own = and_(
+            model.owner_agent_kind == self.agent_kind,
+            model.owner_profile_id == self.profile_id,
+            model.owner_workspace_id.is_not_distinct_from(self.workspace_id),
+        )
+        if issubclass(model, ShareMixin):
+            return or_(own, model.share_scope.in_(SHARED_SCOPES))
+        return own
