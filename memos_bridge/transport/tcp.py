@@ -1,0 +1,110 @@
+"""TCP transport: a daemon that several hosts connect to, one `Peer` per connection.
+
+Memories are private, so the daemon refuses to listen beyond loopback without a shared token, and with a
+token configured every connection must call `auth` before anything else (see `Peer.authenticate`).
+A failing connection is contained: its handler logs and returns, other connections carry on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+
+from memos_bridge.config import TransportSettings
+from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.transport.dispatch import Method, MethodTable, prepare_methods
+from memos_bridge.transport.framing import ByteSource
+from memos_bridge.transport.peer import Peer
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 16
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """True for `localhost` and loopback addresses; any other name counts as reachable from outside."""
+    if host is None:
+        return False
+    name = host.strip().strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_allowed(host: str | None, token: str | None) -> None:
+    """Refuse a non-loopback bind without a token: anyone on the network could read the memories."""
+    if not token and not is_loopback_host(host):
+        raise MemosError(
+            ErrorCode.CONFIG_INVALID,
+            f"refusing to listen on {host or 'all interfaces'} without a token; "
+            "set transport.token (MEMOS_BRIDGE_TOKEN) or bind to 127.0.0.1",
+            {"host": host},
+        )
+
+
+def _stream_source(stream: SocketStream) -> ByteSource:
+    async def receive() -> bytes:
+        try:
+            return await stream.receive(READ_CHUNK)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return b""
+
+    return receive
+
+
+async def serve_tcp(
+    host: str,
+    port: int,
+    methods: Mapping[str, Method] | MethodTable,
+    settings: TransportSettings,
+    *,
+    on_peer: Callable[[Peer], object] | None = None,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Listen on `host:port` and serve every connection until cancelled.
+
+    With `port=0` the system picks a port; the bound port is reported through `task_status`, so
+    `port = await task_group.start(serve_tcp, ...)` returns once the server accepts connections.
+    """
+    token = settings.token or None
+    check_bind_allowed(host, token)
+    table = prepare_methods(methods)
+    counter = itertools.count(1)
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+
+    async def handle(stream: SocketStream) -> None:
+        connection_id = f"tcp-{next(counter)}"
+        remote = stream.extra(SocketAttribute.remote_address, None)
+        logger.info("connection %s from %s", connection_id, remote)
+        try:
+            async with stream:
+                peer = Peer(
+                    _stream_source(stream),
+                    stream.send,
+                    table,
+                    settings,
+                    connection_id=connection_id,
+                    transport="tcp",
+                    token=token,
+                )
+                if on_peer is not None:
+                    on_peer(peer)
+                await peer.serve()
+        except Exception:
+            logger.exception("connection %s failed", connection_id)
+        finally:
+            logger.info("connection %s closed", connection_id)
+
+    async with listener:
+        bound_port = listener.listeners[0].extra(SocketAttribute.local_port)
+        logger.info("listening on %s:%d", host, bound_port)
+        task_status.started(bound_port)
+        await listener.serve(handle)
