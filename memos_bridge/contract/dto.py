@@ -1,0 +1,502 @@
+"""Wire DTOs: the single source of truth for every JSON-RPC params and result shape.
+
+Python attributes are snake_case; the wire uses camelCase (the reference plugin's names), produced by an
+alias generator. `contracts/` (OpenRPC + JSON Schemas) is generated from these models by
+`memos-bridge contract --write`, and a test fails when the checked-in files drift.
+
+Params models forbid unknown fields, so a misspelt field is an `invalid_argument` error instead of being
+silently ignored; fields that reference adapters send but that carry no meaning here are declared and
+documented as ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+Role = Literal["system", "user", "assistant", "tool"]
+RefKind = Literal["skill", "trace", "episode", "experience", "world-model"]
+EpisodeStatus = Literal["open", "closed"]
+TopicState = Literal["active", "paused", "interrupted", "ended"]
+StepKind = Literal["tool", "reply", "note"]
+FeedbackChannel = Literal["explicit", "implicit"]
+Polarity = Literal["positive", "negative", "neutral"]
+
+
+class WireModel(BaseModel):
+    """Base of every DTO: camelCase on the wire, snake_case in Python, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", serialize_by_alias=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict sent to clients (camelCase, optional fields left out when unset)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# ---------------------------------------------------------------- shared pieces
+
+
+class RuntimeNamespace(WireModel):
+    """Who owns a memory. Retrieval only sees rows of the caller's namespace (plus shared rows)."""
+
+    agent_kind: str | None = Field(None, description="Agent family, e.g. hermes; defaults to the agent.")
+    profile_id: str = Field("default", description="Profile of that agent (several users on one host).")
+    profile_label: str | None = None
+    workspace_id: str | None = Field(None, description="Project/workspace scope; null = profile-wide.")
+    workspace_path: str | None = None
+    session_key: str | None = None
+
+
+class ToolCallDTO(WireModel):
+    """One tool invocation the agent made during a turn; each becomes one captured step."""
+
+    name: str = Field(..., min_length=1, max_length=200)
+    input: Any = Field(None, description="Arguments as sent by the model (any JSON).")
+    output: Any = Field(None, description="Tool result (any JSON or text).")
+    error_code: str | None = Field(None, description="Error code or message when the call failed.")
+    success: bool | None = Field(None, description="Explicit outcome when the host knows it.")
+    tool_call_id: str | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    thinking_before: str | None = Field(None, description="Model reasoning emitted before this call.")
+    assistant_text_before: str | None = Field(None, description="Visible narration before this call.")
+
+
+class OkResult(WireModel):
+    ok: Literal[True] = True
+
+
+class ErrorData(WireModel):
+    """`error.data` of every application error."""
+
+    name: Literal["MemosError"] = "MemosError"
+    code: str
+    message: str
+    details: Any = None
+
+
+# ---------------------------------------------------------------- sessions and episodes
+
+
+class SessionOpenParams(WireModel):
+    agent: str = Field(..., min_length=1, max_length=100)
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    namespace: RuntimeNamespace | None = None
+    meta: dict[str, Any] | None = None
+
+
+class SessionOpenResult(WireModel):
+    session_id: str
+
+
+class SessionCloseParams(WireModel):
+    session_id: str = Field(..., min_length=1)
+
+
+class EpisodeOpenParams(WireModel):
+    session_id: str = Field(..., min_length=1)
+    episode_id: str | None = Field(None, description="Recorded as meta.adapterSuppliedId, not used as id.")
+    user_message: str | None = None
+
+
+class EpisodeOpenResult(WireModel):
+    episode_id: str
+
+
+class EpisodeCloseParams(WireModel):
+    episode_id: str = Field(..., min_length=1)
+
+
+class EpisodeDTO(WireModel):
+    id: str
+    session_id: str
+    status: EpisodeStatus
+    topic_state: TopicState
+    started_at: int
+    ended_at: int | None = None
+    turn_count: int
+    trace_ids: list[str]
+    r_task: float | None = None
+    close_reason: str | None = None
+    preview: str = Field("", description="First user text of the episode, clipped.")
+
+
+# ---------------------------------------------------------------- turns
+
+
+class TurnInputDTO(WireModel):
+    """turn.start params."""
+
+    agent: str = Field(..., min_length=1, max_length=100)
+    session_id: str = Field(..., min_length=1, max_length=200)
+    namespace: RuntimeNamespace | None = None
+    turn_key: str | None = Field(
+        None, min_length=1, max_length=200, description="Idempotency key: a retry returns the same result."
+    )
+    episode_id: str | None = None
+    user_text: str
+    context_hints: dict[str, Any] | None = None
+    ts: int = Field(..., ge=0, description="User turn time (epoch ms); becomes the steps' turnId.")
+    deadline_at: int | None = Field(None, ge=0, description="Absolute epoch-ms budget for retrieval.")
+
+
+class TurnResultDTO(WireModel):
+    """turn.end params: what the agent did in answer to the user turn."""
+
+    agent: str = Field(..., min_length=1, max_length=100)
+    session_id: str = Field(..., min_length=1)
+    episode_id: str = Field(..., min_length=1)
+    namespace: RuntimeNamespace | None = None
+    agent_text: str = ""
+    agent_thinking: str | None = None
+    tool_calls: list[ToolCallDTO] = Field(default_factory=list)
+    context_hints: dict[str, Any] | None = None
+    reflection: str | None = Field(None, description="Adapter-supplied self-reflection (scoring only).")
+    user_text: str | None = Field(
+        None, description="Only used when no turn.start preceded this turn.end; else ignored."
+    )
+    ts: int = Field(..., ge=0)
+
+
+class TurnEndResult(WireModel):
+    trace_id: str = Field(..., description="Last step stored by this call ('' if none).")
+    trace_ids: list[str] = Field(..., description="Every step of this call, in order.")
+    episode_id: str
+
+
+# ---------------------------------------------------------------- retrieval
+
+
+class TopKDTO(WireModel):
+    tier1: int | None = Field(None, ge=0, le=50)
+    tier2: int | None = Field(None, ge=0, le=50)
+    tier3: int | None = Field(None, ge=0, le=50)
+
+
+class RetrievalQueryDTO(WireModel):
+    """The query echoed in every retrieval result; `sessionId`/`episodeId` are the ROUTED ids."""
+
+    agent: str = "unknown"
+    namespace: RuntimeNamespace | None = None
+    session_id: str | None = None
+    episode_id: str | None = None
+    query: str
+    reason: Literal["turn_start", "tool_driven", "skill_invoke", "decision_repair"] | None = None
+    context_hints: dict[str, Any] | None = None
+    deadline_at: int | None = None
+    filters: dict[str, Any] | None = None
+    top_k: TopKDTO | None = None
+
+
+class RetrievalHitDTO(WireModel):
+    tier: Literal[1, 2, 3]
+    ref_id: str
+    ref_kind: RefKind
+    score: float
+    snippet: str
+    source_trace_id: str | None = None
+    channels: list[str] = Field(default_factory=list, description="Channels that found this memory.")
+    owner_agent_kind: str | None = None
+    owner_profile_id: str | None = None
+    owner_workspace_id: str | None = None
+    share_scope: str | None = None
+
+
+class TierLatencyDTO(WireModel):
+    tier1: float = 0.0
+    tier2: float = 0.0
+    tier3: float = 0.0
+
+
+class RetrievalStatsDTO(WireModel):
+    """Why the result looks the way it does (empty because skipped, degraded channels, timing)."""
+
+    candidates: int = 0
+    returned: int = 0
+    skipped_reason: str | None = None
+    degraded: list[str] = Field(default_factory=list)
+    total_ms: float = 0.0
+
+
+class RetrievalResultDTO(WireModel):
+    query: RetrievalQueryDTO
+    hits: list[RetrievalHitDTO]
+    injected_context: str
+    tier_latency_ms: TierLatencyDTO
+    stats: RetrievalStatsDTO | None = None
+
+
+class MemorySearchParams(WireModel):
+    agent: str = "unknown"
+    namespace: RuntimeNamespace | None = None
+    session_id: str | None = None
+    episode_id: str | None = None
+    query: str = Field(..., min_length=1)
+    filters: dict[str, Any] | None = None
+    top_k: TopKDTO | None = None
+    deadline_at: int | None = None
+
+
+# ---------------------------------------------------------------- memory reads
+
+
+class TraceDTO(WireModel):
+    id: str
+    episode_id: str
+    session_id: str
+    ts: int
+    turn_id: int
+    step_index: int
+    step_kind: StepKind
+    user_text: str
+    agent_text: str
+    summary: str
+    tool_calls: list[ToolCallDTO]
+    reflection: str | None = None
+    agent_thinking: str | None = None
+    value: float
+    alpha: float
+    r_human: float | None = None
+    priority: float
+    tags: list[str]
+    error_signatures: list[str]
+    share_scope: str
+    strength: float
+    pinned: bool
+    archived_at: int | None = None
+    episode_status: EpisodeStatus | None = None
+    r_task: float | None = None
+
+
+class GetByIdParams(WireModel):
+    id: str = Field(..., min_length=1)
+    namespace: RuntimeNamespace | None = None
+
+
+class TimelineParams(WireModel):
+    episode_id: str = Field(..., min_length=1)
+    namespace: RuntimeNamespace | None = None
+    limit: int = Field(200, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class TracesResult(WireModel):
+    traces: list[TraceDTO]
+
+
+class ListTracesParams(WireModel):
+    session_id: str | None = None
+    episode_id: str | None = None
+    q: str | None = Field(None, description="Substring filter on user/agent text and summary.")
+    namespace: RuntimeNamespace | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+class ListEpisodesParams(WireModel):
+    session_id: str | None = None
+    status: EpisodeStatus | None = None
+    namespace: RuntimeNamespace | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+class ListEpisodesResult(WireModel):
+    episode_ids: list[str]
+    episodes: list[EpisodeDTO]
+
+
+# ---------------------------------------------------------------- learning DTOs (filled by later stages)
+
+
+class FeedbackDTO(WireModel):
+    id: str
+    ts: int
+    episode_id: str | None = None
+    trace_id: str | None = None
+    channel: FeedbackChannel
+    polarity: Polarity
+    magnitude: float = Field(..., ge=0, le=1)
+    rationale: str | None = None
+    raw: Any = None
+    evidence_id: str | None = None
+
+
+class GuidanceDTO(WireModel):
+    preference: list[str] = Field(default_factory=list)
+    anti_pattern: list[str] = Field(default_factory=list)
+
+
+class PolicyDTO(WireModel):
+    id: str
+    title: str
+    trigger: str
+    procedure: str
+    verification: str
+    boundary: str
+    support: int
+    gain: float
+    status: Literal["candidate", "active", "archived"]
+    experience_type: str
+    evidence_polarity: Literal["positive", "negative", "neutral", "mixed"]
+    salience: float
+    confidence: float
+    skill_eligible: bool
+    preference: list[str]
+    anti_pattern: list[str]
+    source_episode_ids: list[str]
+    source_feedback_ids: list[str]
+    source_trace_ids: list[str]
+    verifier_meta: Any = None
+    strength: float
+    pinned: bool
+    created_at: int
+    updated_at: int
+
+
+class WorldEntryDTO(WireModel):
+    label: str
+    description: str
+    evidence_ids: list[str] = Field(default_factory=list)
+
+
+class WorldStructureDTO(WireModel):
+    environment: list[WorldEntryDTO] = Field(default_factory=list)
+    inference: list[WorldEntryDTO] = Field(default_factory=list)
+    constraints: list[WorldEntryDTO] = Field(default_factory=list)
+
+
+class WorldModelDTO(WireModel):
+    id: str
+    title: str
+    body: str
+    structure: WorldStructureDTO
+    domain_tags: list[str]
+    policy_ids: list[str]
+    confidence: float
+    version: int
+    status: Literal["active", "archived"]
+    created_at: int
+    updated_at: int
+
+
+class SkillDTO(WireModel):
+    id: str
+    name: str
+    status: Literal["candidate", "active", "archived"]
+    invocation_guide: str
+    decision_guidance: GuidanceDTO
+    evidence_anchors: list[str]
+    eta: float
+    support: int
+    gain: float
+    trials_attempted: int
+    trials_passed: int
+    source_policy_ids: list[str]
+    source_world_model_ids: list[str]
+    version: int
+    usage_count: int
+    last_used_at: int | None = None
+    created_at: int
+    updated_at: int
+
+
+# ---------------------------------------------------------------- health, auth, events, host callback
+
+
+class ModelHealthDTO(WireModel):
+    available: bool
+    provider: str
+    model: str
+    loaded: bool = False
+    dim: int | None = None
+    last_ok_at: int | None = None
+    last_error: str | None = None
+
+
+class HealthPathsDTO(WireModel):
+    home: str
+    config: str
+    db: str
+    logs: str
+
+
+class CoreHealthDTO(WireModel):
+    ok: bool
+    version: str
+    uptime_ms: int
+    schema_version: int
+    lightweight: bool
+    paths: HealthPathsDTO
+    llm: ModelHealthDTO
+    embedder: ModelHealthDTO
+    connections: int = Field(0, description="Live client connections.")
+
+
+class EmptyParams(WireModel):
+    pass
+
+
+class PingResult(WireModel):
+    ok: Literal[True] = True
+    ts: int
+
+
+class AuthParams(WireModel):
+    token: str
+
+
+class CoreEventDTO(WireModel):
+    """Params of the `events.notify` server notification."""
+
+    type: str
+    ts: int
+    seq: int
+    correlation_id: str | None = None
+    payload: dict[str, Any]
+
+
+class LlmMessage(WireModel):
+    role: Role
+    content: str
+
+
+class HostLlmCompleteParams(WireModel):
+    """Params of the server→client `host.llm.complete` request."""
+
+    messages: list[LlmMessage] = Field(..., min_length=1)
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout_ms: int | None = None
+
+
+class LlmUsageDTO(WireModel):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class HostLlmCompleteResult(WireModel):
+    model_config = ConfigDict(extra="ignore")
+
+    text: str
+    model: str | None = None
+    usage: LlmUsageDTO | None = None
+    duration_ms: float | None = None
+
+
+class LlmTestParams(WireModel):
+    prompt: str = Field("Reply with the single word: pong", min_length=1, max_length=2000)
+    timeout_ms: int = Field(20_000, ge=100, le=120_000)
+
+
+class LlmTestResult(WireModel):
+    ok: bool
+    provider: str
+    text: str | None = None
+    model: str | None = None
+    duration_ms: float
+    error: ErrorData | None = None

@@ -1,0 +1,180 @@
+"""The method table of the wire contract: name, params model, result model, errors, summary.
+
+`rpc/` binds each entry to a core function; `contract/openrpc.py` renders the same table as OpenRPC. Keeping
+one table means a method cannot exist on the wire without being in the published contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from memos_bridge.contract import dto
+from memos_bridge.contract.errors import ErrorCode
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    summary: str
+    params: type[BaseModel]
+    result: type[BaseModel]
+    nullable_result: bool = False
+    errors: tuple[ErrorCode, ...] = ()
+    direction: str = "client_to_server"
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+_COMMON = (ErrorCode.INVALID_ARGUMENT, ErrorCode.INTERNAL)
+
+METHODS: tuple[MethodSpec, ...] = (
+    MethodSpec(
+        "auth",
+        "Authenticate a TCP connection with the shared token. Required as the first call when a token is set.",
+        dto.AuthParams,
+        dto.OkResult,
+        errors=(ErrorCode.UNAUTHORIZED, *_COMMON),
+        tags=("transport",),
+    ),
+    MethodSpec(
+        "core.ping",
+        "Cheapest liveness probe (keepalive): answers without touching storage or models.",
+        dto.EmptyParams,
+        dto.PingResult,
+        errors=_COMMON,
+        tags=("core",),
+    ),
+    MethodSpec(
+        "core.health",
+        "Liveness and status: version, uptime, schema version, paths, embedder and LLM state.",
+        dto.EmptyParams,
+        dto.CoreHealthDTO,
+        errors=_COMMON,
+        tags=("core",),
+    ),
+    MethodSpec(
+        "session.open",
+        "Open (or re-open) a session. Mints a `se_` id when none is given; an existing id is reused.",
+        dto.SessionOpenParams,
+        dto.SessionOpenResult,
+        errors=(ErrorCode.CONFLICT, *_COMMON),
+        tags=("session",),
+    ),
+    MethodSpec(
+        "session.close",
+        "Close a session: finalises its open episodes.",
+        dto.SessionCloseParams,
+        dto.OkResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, *_COMMON),
+        tags=("session",),
+    ),
+    MethodSpec(
+        "episode.open",
+        "Start a new episode (task) in a session, finalising the session's open one.",
+        dto.EpisodeOpenParams,
+        dto.EpisodeOpenResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, *_COMMON),
+        tags=("session",),
+    ),
+    MethodSpec(
+        "episode.close",
+        "Finalise an episode.",
+        dto.EpisodeCloseParams,
+        dto.OkResult,
+        errors=(ErrorCode.EPISODE_NOT_FOUND, *_COMMON),
+        tags=("session",),
+    ),
+    MethodSpec(
+        "turn.start",
+        "Route the user turn to a session/episode and return the memories to inject. The routed ids are in "
+        "`query.sessionId` / `query.episodeId`; pass that episodeId to turn.end. `turnKey` makes retries safe.",
+        dto.TurnInputDTO,
+        dto.RetrievalResultDTO,
+        errors=(ErrorCode.EPISODE_NOT_FOUND, ErrorCode.CONFLICT, *_COMMON),
+        tags=("turn",),
+    ),
+    MethodSpec(
+        "turn.end",
+        "Capture what the agent did: each tool call and the final reply become step traces sharing the turn's "
+        "turnId. A retried call stores nothing twice and returns the same trace ids.",
+        dto.TurnResultDTO,
+        dto.TurnEndResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, ErrorCode.EPISODE_NOT_FOUND, ErrorCode.CONFLICT, *_COMMON),
+        tags=("turn",),
+    ),
+    MethodSpec(
+        "memory.search",
+        "Search memories on demand (the tool-driven path).",
+        dto.MemorySearchParams,
+        dto.RetrievalResultDTO,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.get_trace",
+        "One trace by id, or null when it does not exist or is not visible to the namespace.",
+        dto.GetByIdParams,
+        dto.TraceDTO,
+        nullable_result=True,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.timeline",
+        "The traces of an episode in episode order.",
+        dto.TimelineParams,
+        dto.TracesResult,
+        errors=(ErrorCode.EPISODE_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.list_traces",
+        "List traces, newest first, optionally by session/episode or substring.",
+        dto.ListTracesParams,
+        dto.TracesResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.list_episodes",
+        "List episodes, newest first.",
+        dto.ListEpisodesParams,
+        dto.ListEpisodesResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "llm.test",
+        "Ask the configured LLM provider (the host over host.llm.complete, by default) for a short "
+        "completion and report whether it works.",
+        dto.LlmTestParams,
+        dto.LlmTestResult,
+        errors=_COMMON,
+        tags=("llm",),
+    ),
+)
+
+SERVER_TO_CLIENT: tuple[MethodSpec, ...] = (
+    MethodSpec(
+        "host.llm.complete",
+        "Server→client request: complete a chat with the host's own model. Ids are strings `srv-N`.",
+        dto.HostLlmCompleteParams,
+        dto.HostLlmCompleteResult,
+        direction="server_to_client",
+        tags=("host",),
+    ),
+)
+
+NOTIFICATIONS: tuple[MethodSpec, ...] = (
+    MethodSpec(
+        "events.notify",
+        "Server notification for session/episode/trace/retrieval events.",
+        dto.CoreEventDTO,
+        dto.OkResult,
+        direction="server_notification",
+        tags=("events",),
+    ),
+)
+
+METHODS_BY_NAME: dict[str, MethodSpec] = {spec.name: spec for spec in METHODS}
