@@ -1,0 +1,136 @@
+"""Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`.
+
+Imports stay light at module level: `serve` must claim stdout for the protocol before anything that may
+print (onnxruntime, loguru) is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _parse_hostport(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError("expected HOST:PORT, e.g. 127.0.0.1:18911")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memos-bridge", description="Self-evolving memory service for LLM agents.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="serve JSON-RPC on stdio (default) or TCP")
+    serve.add_argument("--tcp", type=_parse_hostport, metavar="HOST:PORT", help="daemon mode on a TCP address")
+    serve.add_argument("--home", help="data home (default: $MEMOS_BRIDGE_HOME or ~/.memos-bridge)")
+    serve.add_argument("--lightweight", action="store_true", help="capture + retrieval only")
+
+    doctor = sub.add_parser("doctor", help="print data home, database, schema version, embedder status, counts")
+    doctor.add_argument("--home")
+    doctor.add_argument("--no-model", action="store_true", help="skip loading the embedding model")
+
+    demo = sub.add_parser("demo", help="run a short scripted session that shows capture and recall")
+    demo.add_argument("--home", help="data home for the demo (default: a temporary folder)")
+
+    contract = sub.add_parser("contract", help="generate or check contracts/ (OpenRPC + JSON Schemas)")
+    group = contract.add_mutually_exclusive_group(required=True)
+    group.add_argument("--write", action="store_true")
+    group.add_argument("--check", action="store_true")
+    contract.add_argument("--dir", default="contracts", help="contract folder (default: ./contracts)")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {"lightweight": True} if getattr(args, "lightweight", False) else {}
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    tcp = args.tcp
+    if tcp is None:
+        from memos_bridge.transport.stdio import claim_stdio
+
+        claim_stdio()  # before any import that may print
+    import anyio
+
+    from memos_bridge.config import load_settings
+    from memos_bridge.contract.errors import MemosError
+    from memos_bridge.logging_setup import configure_logging
+
+    try:
+        settings = load_settings(args.home, overrides=_overrides(args))
+    except MemosError as exc:
+        print(f"memos-bridge: {exc.message}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+    from memos_bridge import server
+
+    try:
+        if tcp is None:
+            anyio.run(server.run_stdio, settings)
+        else:
+            anyio.run(server.run_tcp, settings, tcp[0], tcp[1])
+    except MemosError as exc:
+        print(f"memos-bridge: {exc.message}", file=sys.stderr)
+        return 2
+    except BaseExceptionGroup as group:
+        matched, _rest = group.split(MemosError)
+        if matched is None:
+            raise
+        first = matched.exceptions[0]
+        print(f"memos-bridge: {getattr(first, 'message', first)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from memos_bridge.doctor import run_doctor
+
+    return run_doctor(args.home, load_model=not args.no_model)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from memos_bridge.demo import run_demo
+
+    return run_demo(args.home)
+
+
+def _cmd_contract(args: argparse.Namespace) -> int:
+    from memos_bridge.contract.openrpc import diff_contract, write_contract
+
+    root = Path(args.dir)
+    if args.write:
+        written = write_contract(root)
+        print(f"contract: {len(written)} file(s) updated under {root}")
+        return 0
+    problems = diff_contract(root)
+    for problem in problems:
+        print(f"contract drift: {problem}")
+    if problems:
+        print("run `memos-bridge contract --write` and commit the result")
+        return 1
+    print("contract: up to date")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    if args.version:
+        from memos_bridge import __version__
+
+        print(__version__)
+        return 0
+    if args.command is None:  # bare `memos-bridge` serves on stdio, as hosts spawn it
+        args = _build_parser().parse_args(["serve"])
+    command = args.command
+    handlers = {"serve": _cmd_serve, "doctor": _cmd_doctor, "demo": _cmd_demo, "contract": _cmd_contract}
+    return handlers[command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""MemoryCore: the one object the RPC layer talks to.
+
+It wires storage, the embedder, the vector indexes, retrieval and the session/turn services together and
+exposes one coroutine per contract method. It knows nothing about JSON-RPC or connections; the host LLM is
+reached through the provider it was given.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import anyio
+from sqlalchemy.orm import Session
+
+from memos_bridge import __version__
+from memos_bridge.config import Settings
+from memos_bridge.contract import dto
+from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.contract.events import EventType
+from memos_bridge.core.events import EventBus
+from memos_bridge.core.mappers import episode_dto, trace_dto
+from memos_bridge.core.namespace import read_filter
+from memos_bridge.core.sessions import SessionService
+from memos_bridge.core.turns import TurnService
+from memos_bridge.core.vector_store import VectorStore
+from memos_bridge.embedding.base import Embedder
+from memos_bridge.llm.base import ChatMessage, LLMProvider
+from memos_bridge.retrieval.engine import Retriever
+from memos_bridge.storage import repos
+from memos_bridge.storage.database import Database
+from memos_bridge.timeutil import now_ms
+
+log = logging.getLogger(__name__)
+
+
+class MemoryCore:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        embedder: Embedder,
+        llm: LLMProvider,
+        events: EventBus | None = None,
+        connections: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.embedder = embedder
+        self.llm = llm
+        self.events = events or EventBus()
+        self._connections = connections  # callable returning the live connection count, set by the server
+        self._started = time.monotonic()
+        self._schema_version: int | None = None
+        self.vectors = VectorStore(db, embedder.dim)
+        self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval)
+        self.sessions = SessionService(db, self.events, settings.session)
+        self.turns = TurnService(db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def warmup(self) -> None:
+        """Background warm-up after the server answers: load the model and the vector indexes."""
+        try:
+            await self.embedder.warmup()
+            for field_name in ("vec_summary", "vec_action"):
+                await self.vectors.ensure_loaded(field_name)
+        except Exception:
+            log.exception("warm-up failed; requests will retry lazily")
+
+    async def shutdown(self) -> None:
+        self.events.emit(EventType.SYSTEM_SHUTDOWN, {})
+        self.embedder.close()
+        self.db.close()
+
+    # ------------------------------------------------------------ core.*
+
+    async def _cached_schema_version(self) -> int:
+        """Migrations only run at open, so the version is read once (off the event loop)."""
+        if self._schema_version is None:
+            self._schema_version = await anyio.to_thread.run_sync(self.db.schema_version)
+        return self._schema_version
+
+    async def ping(self, _params: dto.EmptyParams | None = None) -> dto.PingResult:
+        return dto.PingResult(ts=now_ms())
+
+    async def health(self, _params: dto.EmptyParams | None = None) -> dto.CoreHealthDTO:
+        embed = self.embedder.status()
+        return dto.CoreHealthDTO(
+            ok=True,
+            version=__version__,
+            uptime_ms=int((time.monotonic() - self._started) * 1000),
+            schema_version=await self._cached_schema_version(),
+            lightweight=self.settings.lightweight,
+            paths=dto.HealthPathsDTO(
+                home=str(self.settings.home),
+                config=str(self.settings.config_path),
+                db=self.settings.database_url,
+                logs=str(self.settings.logs_dir),
+            ),
+            llm=dto.ModelHealthDTO(
+                available=self.llm.available(), provider=self.llm.name, model=self.llm.name, loaded=True
+            ),
+            embedder=dto.ModelHealthDTO(
+                available=embed.available,
+                provider=embed.provider,
+                model=embed.model,
+                loaded=embed.loaded,
+                dim=embed.dim,
+                last_ok_at=embed.last_ok_at,
+                last_error=embed.last_error,
+            ),
+            connections=self._connections() if callable(self._connections) else 0,
+        )
+
+    async def llm_test(self, params: dto.LlmTestParams) -> dto.LlmTestResult:
+        started = time.perf_counter()
+        try:
+            completion = await self.llm.complete(
+                [ChatMessage("user", params.prompt)], timeout_ms=params.timeout_ms, max_tokens=64
+            )
+        except MemosError as exc:
+            return dto.LlmTestResult(
+                ok=False,
+                provider=self.llm.name,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                error=dto.ErrorData(code=exc.code.value, message=exc.message),
+            )
+        return dto.LlmTestResult(
+            ok=True,
+            provider=completion.provider,
+            text=completion.text,
+            model=completion.model,
+            duration_ms=round(completion.duration_ms, 2),
+        )
+
+    # ------------------------------------------------------------ sessions / turns
+
+    async def open_session(self, params: dto.SessionOpenParams) -> dto.SessionOpenResult:
+        return await self.sessions.open_session(params)
+
+    async def close_session(self, params: dto.SessionCloseParams) -> dto.OkResult:
+        return await self.sessions.close_session(params)
+
+    async def open_episode(self, params: dto.EpisodeOpenParams) -> dto.EpisodeOpenResult:
+        return await self.sessions.open_episode(params)
+
+    async def close_episode(self, params: dto.EpisodeCloseParams) -> dto.OkResult:
+        return await self.sessions.close_episode(params)
+
+    async def turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
+        return await self.turns.turn_start(params)
+
+    async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
+        return await self.turns.turn_end(params)
+
+    # ------------------------------------------------------------ memory reads
+
+    async def search(self, params: dto.MemorySearchParams) -> dto.RetrievalResultDTO:
+        return await self.retriever.search(params, read_filter(params.namespace, params.agent))
+
+    async def get_trace(self, params: dto.GetByIdParams) -> dto.TraceDTO | None:
+        owner = read_filter(params.namespace)
+
+        def work(db: Session) -> dto.TraceDTO | None:
+            row = repos.get_trace(db, params.id)
+            if row is None or (owner is not None and not owner.can_see(row)):
+                return None
+            return trace_dto(row, repos.episode_status(db, [row.episode_id]).get(row.episode_id))
+
+        return await self.db.read(work)
+
+    async def timeline(self, params: dto.TimelineParams) -> dto.TracesResult:
+        owner = read_filter(params.namespace)
+
+        def work(db: Session) -> dto.TracesResult:
+            episode = repos.get_episode(db, params.episode_id)
+            if episode is None or (owner is not None and not owner.can_see(episode)):
+                raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {params.episode_id}")
+            rows = repos.timeline(db, episode, limit=params.limit, offset=params.offset)
+            status = (episode.status, episode.r_task)
+            return dto.TracesResult(traces=[trace_dto(row, status) for row in rows])
+
+        return await self.db.read(work)
+
+    async def list_traces(self, params: dto.ListTracesParams) -> dto.TracesResult:
+        owner = read_filter(params.namespace)
+
+        def work(db: Session) -> dto.TracesResult:
+            rows = repos.list_traces(
+                db,
+                owner,
+                session_id=params.session_id,
+                episode_id=params.episode_id,
+                substring=params.q,
+                limit=params.limit,
+                offset=params.offset,
+            )
+            statuses = repos.episode_status(db, (row.episode_id for row in rows))
+            return dto.TracesResult(traces=[trace_dto(row, statuses.get(row.episode_id)) for row in rows])
+
+        return await self.db.read(work)
+
+    async def list_episodes(self, params: dto.ListEpisodesParams) -> dto.ListEpisodesResult:
+        owner = read_filter(params.namespace)
+
+        def work(db: Session) -> dto.ListEpisodesResult:
+            rows = repos.list_episodes(
+                db,
+                owner,
+                session_id=params.session_id,
+                status=params.status,
+                limit=params.limit,
+                offset=params.offset,
+            )
+            previews = repos.first_user_texts(db, [row.id for row in rows])
+            return dto.ListEpisodesResult(
+                episode_ids=[row.id for row in rows],
+                episodes=[episode_dto(row, previews.get(row.id, "")) for row in rows],
+            )
+
+        return await self.db.read(work)

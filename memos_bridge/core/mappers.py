@@ -1,0 +1,66 @@
+"""ORM rows → wire DTOs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memos_bridge.contract.dto import EpisodeDTO, ToolCallDTO, TraceDTO
+from memos_bridge.core.text import clip
+from memos_bridge.storage.models import EpisodeRow, TraceRow
+
+
+def _tool_calls(raw: Any) -> list[ToolCallDTO]:
+    calls = []
+    for item in raw or []:
+        try:
+            calls.append(ToolCallDTO.model_validate(item))
+        except ValueError:
+            continue  # a malformed legacy row must not break a read
+    return calls
+
+
+def trace_dto(row: TraceRow, episode_status: tuple[str, float | None] | None = None) -> TraceDTO:
+    status, r_task = episode_status if episode_status else (None, None)
+    return TraceDTO(
+        id=row.id,
+        episode_id=row.episode_id,
+        session_id=row.session_id,
+        ts=row.ts,
+        turn_id=row.turn_id,
+        step_index=row.step_index,
+        step_kind=row.step_kind,
+        user_text=row.user_text,
+        agent_text=row.agent_text,
+        summary=row.summary,
+        tool_calls=_tool_calls(row.tool_calls_json),
+        reflection=row.reflection,
+        agent_thinking=row.agent_thinking,
+        value=row.value,
+        alpha=row.alpha,
+        r_human=row.r_human,
+        priority=row.priority,
+        tags=list(row.tags_json or []),
+        error_signatures=list(row.error_signatures_json or []),
+        share_scope=row.share_scope,
+        strength=row.strength,
+        pinned=row.pinned,
+        archived_at=row.archived_at,
+        episode_status=status,
+        r_task=r_task,
+    )
+
+
+def episode_dto(row: EpisodeRow, preview: str = "") -> EpisodeDTO:
+    return EpisodeDTO(
+        id=row.id,
+        session_id=row.session_id,
+        status=row.status,
+        topic_state=row.topic_state,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        turn_count=row.turn_count,
+        trace_ids=list(row.trace_ids_json or []),
+        r_task=row.r_task,
+        close_reason=row.close_reason,
+        preview=clip(preview, 120),
+    )

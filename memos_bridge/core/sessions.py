@@ -1,0 +1,246 @@
+"""Sessions and episodes: opening, closing, and routing a user turn to an episode.
+
+An episode is one task. This module holds the mechanical routing rules: an explicit `episodeId` wins (a
+closed one is reopened: a late turn for a finished task belongs to it); otherwise the session's open
+episode is continued unless the gap since its last turn exceeds `merge_max_gap_ms` or it reached
+`max_turns_per_episode` user turns (tool calls do not count), in which case it is finalised and a new one
+starts. Topic classification (new task vs follow-up) builds on top of this in the learning stage.
+
+The `*_sync` functions run inside one write transaction and return the events to emit after commit, so a
+rolled-back transaction never announces anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from memos_bridge.config import SessionSettings
+from memos_bridge.contract import dto
+from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.contract.events import EventType
+from memos_bridge.core.events import EventBus
+from memos_bridge.core.namespace import owner_for
+from memos_bridge.ids import new_id
+from memos_bridge.storage import repos
+from memos_bridge.storage.database import Database
+from memos_bridge.storage.models import EpisodeRow, SessionRow
+from memos_bridge.storage.owner import OwnerFilter
+from memos_bridge.timeutil import now_ms
+
+PendingEvent = tuple[EventType, dict[str, Any]]
+EpisodeFinalizedHook = Callable[[str, str], None]
+
+
+@dataclass
+class Outbox:
+    """Events produced inside a transaction, emitted only after it commits."""
+
+    events: list[PendingEvent] = field(default_factory=list)
+    finalized: list[tuple[str, str]] = field(default_factory=list)  # (episode id, reason)
+
+    def add(self, event_type: EventType, payload: dict[str, Any]) -> None:
+        self.events.append((event_type, payload))
+
+
+def owner_of(row: SessionRow | EpisodeRow) -> OwnerFilter:
+    return OwnerFilter(
+        agent_kind=row.owner_agent_kind, profile_id=row.owner_profile_id, workspace_id=row.owner_workspace_id
+    )
+
+
+def ensure_session_sync(
+    db: Session, outbox: Outbox, session_id: str, agent: str, namespace: dto.RuntimeNamespace | None, now: int
+) -> SessionRow:
+    """Return the session, creating it when a host starts turns without an explicit `session.open`."""
+    row = repos.get_session(db, session_id)
+    if row is None:
+        owner = owner_for(agent, namespace)
+        row = SessionRow(
+            id=session_id,
+            agent=agent,
+            started_at=now,
+            last_seen_at=now,
+            meta_json={},
+            owner_agent_kind=owner.agent_kind,
+            owner_profile_id=owner.profile_id,
+            owner_workspace_id=owner.workspace_id,
+        )
+        repos.add(db, row)
+        outbox.add(EventType.SESSION_OPENED, {"sessionId": session_id, "agent": agent})
+    else:
+        row.last_seen_at = max(row.last_seen_at, now)
+        row.closed_at = None
+    return row
+
+
+def new_episode_sync(db: Session, outbox: Outbox, session: SessionRow, now: int, meta: dict[str, Any]) -> EpisodeRow:
+    episode = EpisodeRow(
+        id=new_id("episode"),
+        session_id=session.id,
+        started_at=now,
+        status="open",
+        topic_state="active",
+        turn_count=0,
+        trace_ids_json=[],
+        meta_json=meta,
+        owner_agent_kind=session.owner_agent_kind,
+        owner_profile_id=session.owner_profile_id,
+        owner_workspace_id=session.owner_workspace_id,
+    )
+    repos.add(db, episode)
+    outbox.add(EventType.EPISODE_OPENED, {"sessionId": session.id, "episodeId": episode.id})
+    return episode
+
+
+def finalize_episode_sync(outbox: Outbox, episode: EpisodeRow, reason: str, now: int) -> None:
+    if episode.status == "closed":
+        return
+    episode.status = "closed"
+    episode.topic_state = "ended"
+    episode.close_reason = reason
+    episode.ended_at = now
+    outbox.add(
+        EventType.EPISODE_CLOSED,
+        {"sessionId": episode.session_id, "episodeId": episode.id, "reason": reason},
+    )
+    outbox.finalized.append((episode.id, reason))
+
+
+def reopen_episode_sync(outbox: Outbox, episode: EpisodeRow) -> None:
+    if episode.status == "open":
+        return
+    episode.status = "open"
+    episode.topic_state = "active"
+    episode.ended_at = None
+    episode.meta_json = {**(episode.meta_json or {}), "reopenedFrom": episode.close_reason}
+    episode.close_reason = None
+    outbox.add(EventType.EPISODE_OPENED, {"sessionId": episode.session_id, "episodeId": episode.id, "reopened": True})
+
+
+def route_episode_sync(
+    db: Session,
+    outbox: Outbox,
+    session: SessionRow,
+    requested: str | None,
+    turn_ts: int,
+    settings: SessionSettings,
+) -> EpisodeRow:
+    """Pick the episode a new user turn belongs to (see module docstring for the rules)."""
+    if requested:
+        episode = repos.get_episode(db, requested)
+        if episode is None:
+            raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {requested}")
+        if episode.session_id != session.id:
+            raise MemosError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"episode {requested} belongs to another session",
+                {"episodeId": requested, "sessionId": session.id},
+            )
+        reopen_episode_sync(outbox, episode)
+        return episode
+    now = now_ms()
+    for index, episode in enumerate(repos.open_episodes(db, session.id)):
+        if index > 0:  # only one open episode per session: close strays left by crashes or races
+            finalize_episode_sync(outbox, episode, "superseded", now)
+            continue
+        last = repos.latest_turn(db, episode.id)
+        last_ts = last.turn_id if last else episode.started_at
+        if settings.merge_max_gap_ms and turn_ts - last_ts > settings.merge_max_gap_ms:
+            finalize_episode_sync(outbox, episode, "gap", now)
+        elif settings.max_turns_per_episode and episode.turn_count >= settings.max_turns_per_episode:
+            finalize_episode_sync(outbox, episode, "turn_cap", now)
+        else:
+            return episode
+    return new_episode_sync(db, outbox, session, turn_ts, {})
+
+
+class SessionService:
+    """session.* and episode.* methods."""
+
+    def __init__(self, db: Database, events: EventBus, settings: SessionSettings) -> None:
+        self._db = db
+        self._events = events
+        self._settings = settings
+        self.finalized_hooks: list[EpisodeFinalizedHook] = []
+
+    def publish(self, outbox: Outbox) -> None:
+        for event_type, payload in outbox.events:
+            self._events.emit(event_type, payload)
+        for episode_id, reason in outbox.finalized:
+            for hook in self.finalized_hooks:
+                hook(episode_id, reason)
+
+    async def open_session(self, params: dto.SessionOpenParams) -> dto.SessionOpenResult:
+        session_id = params.session_id or new_id("session")
+
+        def work(db: Session) -> Outbox:
+            outbox = Outbox()
+            existing = repos.get_session(db, session_id)
+            if existing is not None and params.namespace is not None:
+                wanted = owner_for(params.agent, params.namespace)
+                if wanted != owner_of(existing):
+                    raise MemosError(
+                        ErrorCode.CONFLICT,
+                        f"session {session_id} exists in another namespace",
+                        {"sessionId": session_id},
+                    )
+            row = ensure_session_sync(db, outbox, session_id, params.agent, params.namespace, now_ms())
+            if params.meta:
+                row.meta_json = {**(row.meta_json or {}), **params.meta}
+            return outbox
+
+        self.publish(await self._db.write(work))
+        return dto.SessionOpenResult(session_id=session_id)
+
+    async def close_session(self, params: dto.SessionCloseParams) -> dto.OkResult:
+        def work(db: Session) -> Outbox:
+            outbox = Outbox()
+            row = repos.get_session(db, params.session_id)
+            if row is None:
+                raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
+            now = now_ms()
+            for episode in repos.open_episodes(db, row.id):
+                finalize_episode_sync(outbox, episode, "session_closed", now)
+            row.closed_at = now
+            outbox.add(EventType.SESSION_CLOSED, {"sessionId": row.id})
+            return outbox
+
+        self.publish(await self._db.write(work))
+        return dto.OkResult()
+
+    async def open_episode(self, params: dto.EpisodeOpenParams) -> dto.EpisodeOpenResult:
+        def work(db: Session) -> tuple[Outbox, str]:
+            outbox = Outbox()
+            session = repos.get_session(db, params.session_id)
+            if session is None:
+                raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
+            now = now_ms()
+            for episode in repos.open_episodes(db, session.id):
+                finalize_episode_sync(outbox, episode, "new_episode", now)
+            meta: dict[str, Any] = {"openedBy": "episode.open"}
+            if params.episode_id:
+                meta["adapterSuppliedId"] = params.episode_id
+            if params.user_message:
+                meta["userMessage"] = params.user_message
+            episode = new_episode_sync(db, outbox, session, now, meta)
+            return outbox, episode.id
+
+        outbox, episode_id = await self._db.write(work)
+        self.publish(outbox)
+        return dto.EpisodeOpenResult(episode_id=episode_id)
+
+    async def close_episode(self, params: dto.EpisodeCloseParams) -> dto.OkResult:
+        def work(db: Session) -> Outbox:
+            outbox = Outbox()
+            episode = repos.get_episode(db, params.episode_id)
+            if episode is None:
+                raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {params.episode_id}")
+            finalize_episode_sync(outbox, episode, "explicit", now_ms())
+            return outbox
+
+        self.publish(await self._db.write(work))
+        return dto.OkResult()

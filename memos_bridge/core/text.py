@@ -1,0 +1,77 @@
+"""Small text utilities shared by capture, retrieval and rendering."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_WS = re.compile(r"\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+
+TRUNCATION_MARKER = " …[truncated {n} chars]… "
+
+
+def squash(text: str) -> str:
+    """Collapse runs of whitespace to one space and strip."""
+    return _WS.sub(" ", text).strip()
+
+
+def clamp_head_tail(text: str, limit: int, head_share: float = 0.55) -> str:
+    """Keep the head and the tail of a long text (errors and conclusions tend to sit at the end).
+
+    The result is at most `limit` characters including the marker that says how much was cut.
+    """
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    marker = TRUNCATION_MARKER.format(n=cut)
+    budget = max(limit - len(marker), 2)
+    head = int(budget * head_share)
+    tail = budget - head
+    # Recompute the cut now that the marker's own length is known, so the number is honest.
+    marker = TRUNCATION_MARKER.format(n=len(text) - head - tail)
+    return text[:head] + marker + text[len(text) - tail :]
+
+
+def clip(text: str, limit: int) -> str:
+    """Clip to `limit` characters with an ellipsis, on a word boundary when one is near."""
+    text = squash(text)
+    if len(text) <= limit:
+        return text
+    cut = text[: max(limit - 1, 1)]
+    space = cut.rfind(" ")
+    if space >= limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def first_sentence(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return ""
+    return squash(_SENTENCE_END.split(text, maxsplit=1)[0])
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return squash(line)
+    return ""
+
+
+def has_cjk(text: str) -> bool:
+    return bool(_CJK.search(text))
+
+
+def to_text(value: Any) -> str:
+    """Tool inputs/outputs arrive as any JSON; give a compact, stable text form."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return str(value)

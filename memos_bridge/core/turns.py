@@ -1,0 +1,397 @@
+"""turn.start and turn.end: routing, idempotency, retrieval within a deadline, and step capture.
+
+Idempotency:
+- `turn.start` with a `turnKey`: the first call records the turn (in the `turns` table, so this survives a
+  restart) and its result; a retry with the same key and text returns the same result and records nothing;
+  the same key with different text is a `conflict`. Concurrent retries share one in-flight computation.
+- `turn.end`: every step has a content key; a retried call finds its steps already stored and returns the
+  same trace ids.
+
+A turn never fails because retrieval failed or ran out of time: the result is then empty and
+`stats.skippedReason` says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import anyio
+import numpy as np
+from sqlalchemy.orm import Session
+
+from memos_bridge.config import Settings
+from memos_bridge.contract import dto
+from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.contract.events import EventType
+from memos_bridge.core.capture import StepDraft, extract_steps
+from memos_bridge.core.events import EventBus
+from memos_bridge.core.sessions import (
+    Outbox,
+    SessionService,
+    ensure_session_sync,
+    owner_of,
+    reopen_episode_sync,
+    route_episode_sync,
+)
+from memos_bridge.core.vector_store import VectorStore
+from memos_bridge.embedding.base import Embedder
+from memos_bridge.ids import new_id
+from memos_bridge.retrieval.engine import Retriever
+from memos_bridge.storage import repos
+from memos_bridge.storage.database import Database
+from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
+from memos_bridge.storage.owner import OwnerFilter
+from memos_bridge.storage.vectors import to_blob
+from memos_bridge.timeutil import now_ms
+
+log = logging.getLogger(__name__)
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class _InFlight:
+    """A keyed turn.start being computed or finished; retries wait on `done`."""
+
+    text_hash: str
+    done: anyio.Event
+    result: dto.RetrievalResultDTO | None = None
+    failed: bool = False
+
+
+@dataclass
+class _BegunTurn:
+    owner: OwnerFilter
+    session_id: str
+    episode_id: str
+    turn_row_id: int
+    cached_result: dict[str, object] | None
+    outbox: Outbox
+
+
+class TurnService:
+    def __init__(
+        self,
+        db: Database,
+        embedder: Embedder,
+        vectors: VectorStore,
+        retriever: Retriever,
+        sessions: SessionService,
+        events: EventBus,
+        settings: Settings,
+    ) -> None:
+        self._db = db
+        self._embedder = embedder
+        self._vectors = vectors
+        self._retriever = retriever
+        self._sessions = sessions
+        self._events = events
+        self._settings = settings
+        self._inflight: OrderedDict[tuple[str, str], _InFlight] = OrderedDict()
+
+    # ------------------------------------------------------------ turn.start
+
+    async def turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
+        if params.turn_key is None:
+            return await self._turn_start(params)
+        key = (params.session_id, params.turn_key)
+        text_hash = _text_hash(params.user_text)
+        existing = self._inflight.get(key)
+        if existing is not None:
+            if existing.text_hash != text_hash:
+                raise self._conflict(params)
+            await existing.done.wait()
+            if existing.result is not None:
+                return existing.result
+            # the first attempt failed and was forgotten; fall through and compute again
+        entry = _InFlight(text_hash=text_hash, done=anyio.Event())
+        self._inflight[key] = entry
+        self._inflight.move_to_end(key)
+        while len(self._inflight) > self._settings.session.turn_key_cache:
+            self._inflight.popitem(last=False)
+        try:
+            entry.result = await self._turn_start(params)
+            return entry.result
+        except BaseException:
+            entry.failed = True
+            if self._inflight.get(key) is entry:
+                del self._inflight[key]  # a failed start can be retried with the same key
+            raise
+        finally:
+            entry.done.set()
+
+    @staticmethod
+    def _conflict(params: dto.TurnInputDTO) -> MemosError:
+        return MemosError(
+            ErrorCode.CONFLICT,
+            "turnKey was already used with a different userText",
+            {"sessionId": params.session_id, "turnKey": params.turn_key},
+        )
+
+    def _begin_turn_sync(self, db: Session, params: dto.TurnInputDTO) -> _BegunTurn:
+        outbox = Outbox()
+        text_hash = _text_hash(params.user_text)
+        session = ensure_session_sync(db, outbox, params.session_id, params.agent, params.namespace, params.ts)
+        if params.turn_key:
+            previous = repos.find_turn_by_key(db, session.id, params.turn_key)
+            if previous is not None:
+                if previous.user_text_hash != text_hash:
+                    raise self._conflict(params)
+                return _BegunTurn(
+                    owner_of(session),
+                    session.id,
+                    previous.episode_id,
+                    previous.id,
+                    previous.result_json,
+                    outbox,
+                )
+        episode = route_episode_sync(db, outbox, session, params.episode_id, params.ts, self._settings.session)
+        turn_id = params.ts
+        while repos.turn_ids_in_use(db, episode.id, turn_id):
+            turn_id += 1  # two user turns in the same millisecond still get distinct turn ids
+        turn = TurnRow(
+            session_id=session.id,
+            episode_id=episode.id,
+            turn_id=turn_id,
+            turn_key=params.turn_key,
+            user_text=params.user_text,
+            user_text_hash=text_hash,
+            started_at=params.ts,
+            status="started",
+            owner_agent_kind=session.owner_agent_kind,
+            owner_profile_id=session.owner_profile_id,
+            owner_workspace_id=session.owner_workspace_id,
+        )
+        repos.add(db, turn)
+        episode.turn_count += 1
+        return _BegunTurn(owner_of(session), session.id, episode.id, turn.id, None, outbox)
+
+    async def _turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
+        started = time.perf_counter()
+        begun = await self._db.write(lambda db: self._begin_turn_sync(db, params))
+        self._sessions.publish(begun.outbox)
+        if begun.cached_result is not None:
+            return dto.RetrievalResultDTO.model_validate(begun.cached_result)
+        query = dto.RetrievalQueryDTO(
+            agent=params.agent,
+            namespace=params.namespace,
+            session_id=begun.session_id,
+            episode_id=begun.episode_id,
+            query=params.user_text,
+            reason="turn_start",
+            context_hints=params.context_hints,
+            deadline_at=params.deadline_at,
+        )
+        deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
+        result = await self._retriever.retrieve_safely(
+            query, begun.owner, exclude_episode_id=begun.episode_id, deadline_at=deadline_at
+        )
+        self._events.emit(
+            EventType.RETRIEVAL_HIT if result.hits else EventType.RETRIEVAL_EMPTY,
+            {"sessionId": begun.session_id, "episodeId": begun.episode_id, "hits": len(result.hits)},
+        )
+        wire = result.to_wire()
+        duration = int((time.perf_counter() - started) * 1000)
+
+        def save(db: Session) -> None:
+            turn = db.get(TurnRow, begun.turn_row_id)
+            if turn is not None:
+                turn.result_json = wire
+            repos.log_api_call(
+                db,
+                "memos_search",
+                {
+                    "type": "turn_start",
+                    "sessionId": begun.session_id,
+                    "episodeId": begun.episode_id,
+                    "query": params.user_text[:500],
+                },
+                {"hits": len(result.hits), "stats": wire.get("stats")},
+                duration,
+                True,
+                now_ms(),
+            )
+
+        await self._db.write(save)
+        return result
+
+    # ------------------------------------------------------------ turn.end
+
+    def _resolve_turn_sync(self, db: Session, params: dto.TurnResultDTO) -> tuple[EpisodeRow, TurnRow, Outbox]:
+        outbox = Outbox()
+        session = repos.get_session(db, params.session_id)
+        if session is None:
+            raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
+        episode = repos.get_episode(db, params.episode_id)
+        if episode is None:
+            raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {params.episode_id}")
+        if episode.session_id != session.id:
+            raise MemosError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"episode {episode.id} belongs to another session",
+                {"episodeId": episode.id, "sessionId": session.id},
+            )
+        turn = repos.latest_turn(db, episode.id)
+        new_text = params.user_text
+        if turn is None or (turn.status == "ended" and new_text and new_text != turn.user_text):
+            # No turn.start preceded this turn.end (or it reports a new user turn): record the turn now.
+            turn_id = params.ts
+            while repos.turn_ids_in_use(db, episode.id, turn_id):
+                turn_id += 1
+            turn = TurnRow(
+                session_id=session.id,
+                episode_id=episode.id,
+                turn_id=turn_id,
+                user_text=new_text or "",
+                user_text_hash=_text_hash(new_text or ""),
+                started_at=params.ts,
+                status="started",
+                owner_agent_kind=session.owner_agent_kind,
+                owner_profile_id=session.owner_profile_id,
+                owner_workspace_id=session.owner_workspace_id,
+            )
+            repos.add(db, turn)
+            episode.turn_count += 1
+        return episode, turn, outbox
+
+    async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
+        started = time.perf_counter()
+        episode, turn, outbox = await self._db.write(lambda db: self._resolve_turn_sync(db, params))
+        self._sessions.publish(outbox)
+        steps = extract_steps(params, turn.user_text, turn.turn_id, self._settings.capture)
+        known = await self._db.read(lambda db: set(repos.traces_by_keys(db, episode.id, [s.key for s in steps])))
+        fresh = [s for s in steps if s.key not in known]
+        vectors, embed_error = await self._embed_steps(fresh)
+
+        def store(db: Session) -> tuple[list[str], list[TraceRow], Outbox]:
+            outbox = Outbox()
+            row = repos.get_episode(db, episode.id)
+            assert row is not None  # episodes are only archived, never deleted while in use
+            reopen_episode_sync(outbox, row)
+            existing = repos.traces_by_keys(db, row.id, [s.key for s in steps])
+            created: list[TraceRow] = []
+            ids: list[str] = []
+            for step in steps:
+                if step.key in existing:
+                    ids.append(existing[step.key].id)
+                    continue
+                trace = self._trace_row(row, turn, step, vectors)
+                repos.add(db, trace)
+                if step.key not in vectors:
+                    self._queue_embedding_retry(db, trace, step)
+                created.append(trace)
+                ids.append(trace.id)
+            if created:
+                row.trace_ids_json = [*(row.trace_ids_json or []), *(t.id for t in created)]
+            turn_row = db.get(TurnRow, turn.id)
+            if turn_row is not None:
+                turn_row.status = "ended"
+                turn_row.ended_at = params.ts
+            repos.log_api_call(
+                db,
+                "memory_add",
+                {"sessionId": params.session_id, "episodeId": row.id, "steps": len(steps)},
+                {
+                    "created": len(created),
+                    "deduplicated": len(steps) - len(created),
+                    "embedError": embed_error,
+                },
+                int((time.perf_counter() - started) * 1000),
+                True,
+                now_ms(),
+            )
+            return ids, created, outbox
+
+        ids, created, store_outbox = await self._db.write(store)
+        for trace in created:
+            self._vectors.add_trace(trace)
+        self._sessions.publish(store_outbox)
+        for trace in created:
+            self._events.emit(
+                EventType.TRACE_CREATED,
+                {
+                    "traceId": trace.id,
+                    "episodeId": trace.episode_id,
+                    "sessionId": trace.session_id,
+                    "turnId": trace.turn_id,
+                    "stepKind": trace.step_kind,
+                    "summary": trace.summary,
+                },
+            )
+        return dto.TurnEndResult(trace_id=ids[-1] if ids else "", trace_ids=ids, episode_id=episode.id)
+
+    async def _embed_steps(self, steps: list[StepDraft]) -> tuple[dict[str, tuple[bytes, bytes]], str | None]:
+        """Summary and action vectors for each step, in one batch; on failure capture goes on without."""
+        if not steps:
+            return {}, None
+        texts = [s.summary_embed_text() for s in steps] + [s.action_embed_text() for s in steps]
+        try:
+            matrix = await self._embedder.embed(texts, role="document")
+        except MemosError as exc:
+            log.warning("capture without vectors (queued for retry): %s", exc.message)
+            return {}, exc.code.value
+        count = len(steps)
+        return {
+            step.key: (to_blob(np.asarray(matrix[i])), to_blob(np.asarray(matrix[count + i])))
+            for i, step in enumerate(steps)
+        }, None
+
+    def _trace_row(
+        self,
+        episode: EpisodeRow,
+        turn: TurnRow,
+        step: StepDraft,
+        vectors: dict[str, tuple[bytes, bytes]],
+    ) -> TraceRow:
+        vec_summary, vec_action = vectors.get(step.key, (None, None))
+        return TraceRow(
+            id=new_id("trace"),
+            episode_id=episode.id,
+            session_id=episode.session_id,
+            ts=step.ts,
+            turn_id=turn.turn_id,
+            step_index=step.index,
+            step_kind=step.kind,
+            step_key=step.key,
+            user_text=step.user_text,
+            agent_text=step.agent_text,
+            summary=step.summary,
+            tool_calls_json=step.tool_calls,
+            reflection=step.reflection,
+            agent_thinking=step.thinking,
+            tags_json=step.tags,
+            error_signatures_json=step.error_signatures,
+            vec_summary=vec_summary,
+            vec_action=vec_action,
+            meta_json={"failed": step.failed} if step.failed else {},
+            owner_agent_kind=episode.owner_agent_kind,
+            owner_profile_id=episode.owner_profile_id,
+            owner_workspace_id=episode.owner_workspace_id,
+        )
+
+    @staticmethod
+    def _queue_embedding_retry(db: Session, trace: TraceRow, step: StepDraft) -> None:
+        now = now_ms()
+        for field_name, text in (
+            ("vec_summary", step.summary_embed_text()),
+            ("vec_action", step.action_embed_text()),
+        ):
+            db.add(
+                EmbeddingRetryRow(
+                    target_kind="trace",
+                    target_id=trace.id,
+                    vector_field=field_name,
+                    source_text=text,
+                    embed_role="document",
+                    status="pending",
+                    next_attempt_at=now,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )

@@ -1,0 +1,67 @@
+"""The method table: one thin handler per contract method (validate params → call core → DTO).
+
+No logic lives here beyond parameter mapping; errors are turned into JSON-RPC errors by the transport's
+guard (MemosError → -32000/-32602 with `error.data`, pydantic ValidationError → -32602).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jsonrpcserver import Success
+from pydantic import BaseModel
+
+from memos_bridge.contract.methods import METHODS, MethodSpec
+from memos_bridge.core.facade import MemoryCore
+
+Handler = Callable[..., Awaitable[Any]]
+CoreCall = Callable[[Any], Awaitable[BaseModel | None]]
+
+# Methods answered by the transport itself (connection state), not by core.
+TRANSPORT_METHODS = frozenset({"auth"})
+
+
+def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
+    return {
+        "core.ping": core.ping,
+        "core.health": core.health,
+        "session.open": core.open_session,
+        "session.close": core.close_session,
+        "episode.open": core.open_episode,
+        "episode.close": core.close_episode,
+        "turn.start": core.turn_start,
+        "turn.end": core.turn_end,
+        "memory.search": core.search,
+        "memory.get_trace": core.get_trace,
+        "memory.timeline": core.timeline,
+        "memory.list_traces": core.list_traces,
+        "memory.list_episodes": core.list_episodes,
+        "llm.test": core.llm_test,
+    }
+
+
+def _make_handler(spec: MethodSpec, call: CoreCall) -> Handler:
+    params_model = spec.params
+
+    async def handler(ctx: Any, **params: Any) -> Any:
+        validated = params_model.model_validate(params)
+        result = await call(validated)
+        return Success(None if result is None else result.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    handler.__name__ = spec.name.replace(".", "_")
+    handler.__doc__ = spec.summary
+    return handler
+
+
+def build_methods(core: MemoryCore) -> dict[str, Handler]:
+    """Handlers for every contract method except the transport's own; fails loudly if one is unbound."""
+    bindings = _bindings(core)
+    methods: dict[str, Handler] = {}
+    for spec in METHODS:
+        if spec.name in TRANSPORT_METHODS:
+            continue
+        if spec.name not in bindings:
+            raise RuntimeError(f"contract method {spec.name} has no core binding")
+        methods[spec.name] = _make_handler(spec, bindings[spec.name])
+    return methods

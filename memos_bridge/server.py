@@ -1,0 +1,140 @@
+"""Assemble and run the service: settings → storage → embedder → core → method table → transport.
+
+Startup order matters: the database is opened (fast) before serving, but the embedding model and the
+vector indexes warm up in the background after the transport is already answering, so the first
+`core.health` is quick and a host's `session.open` never waits for model loading.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from memos_bridge.config import Settings, ensure_home
+from memos_bridge.contract.dto import CoreEventDTO
+from memos_bridge.contract.events import EVENTS_NOTIFY_METHOD, EventType
+from memos_bridge.core.events import EventBus
+from memos_bridge.core.facade import MemoryCore
+from memos_bridge.embedding.factory import create_embedder
+from memos_bridge.llm.base import LLMProvider
+from memos_bridge.llm.host import HostLLM, NoLLM
+from memos_bridge.rpc.handlers import build_methods
+from memos_bridge.storage.database import Database
+from memos_bridge.transport.hub import PeerHub
+
+log = logging.getLogger(__name__)
+
+EVENT_QUEUE = 10_000
+
+
+def build_llm(settings: Settings, hub: PeerHub) -> LLMProvider:
+    if settings.llm.provider == "host":
+        return HostLLM(hub.host_peer, settings.llm.timeout_ms)
+    return NoLLM()
+
+
+async def open_core(settings: Settings, hub: PeerHub) -> MemoryCore:
+    """Open the data home and build the core (migrations run here, in a worker thread)."""
+    ensure_home(settings)
+    db = Database(
+        settings.database_url,
+        busy_timeout_ms=settings.storage.busy_timeout_ms,
+        read_threads=settings.storage.read_threads,
+    )
+    await anyio.to_thread.run_sync(db.open)
+    embedder = create_embedder(settings.embedding, settings.models_dir)
+    return MemoryCore(settings, db, embedder, build_llm(settings, hub), EventBus(), connections=hub.__len__)
+
+
+def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) -> Callable[[], None]:
+    """Push every core event to connected clients as `events.notify`, in emission order.
+
+    Listeners must not block, so events go through a bounded queue to one sender task; when clients
+    cannot keep up the oldest pressure is relieved by dropping new events (logged), never by stalling core.
+    """
+    send, receive = anyio.create_memory_object_stream[dict[str, Any]](EVENT_QUEUE)
+
+    async def pump() -> None:
+        async with receive:
+            async for params in receive:
+                await hub.broadcast(EVENTS_NOTIFY_METHOD, params)
+
+    def on_event(event: CoreEventDTO) -> None:
+        try:
+            send.send_nowait(event.to_wire())
+        except anyio.WouldBlock:
+            log.warning("event queue full; dropped %s", event.type)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # shutting down
+
+    group.start_soon(pump)
+    unsubscribe = core.events.subscribe(on_event)
+
+    def stop() -> None:
+        unsubscribe()
+        send.close()
+
+    return stop
+
+
+async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Awaitable[None]]) -> None:
+    hub = PeerHub()
+    core = await open_core(settings, hub)
+    methods = build_methods(core)
+    try:
+        async with anyio.create_task_group() as group:
+            unsubscribe = _forward_events(core, hub, group)
+            group.start_soon(core.warmup)
+            core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
+            try:
+                await serve(methods, hub)
+            finally:
+                unsubscribe()
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.move_on_after(settings.transport.shutdown_timeout_s, shield=True):
+            await core.shutdown()
+        log.info("memos-bridge stopped")
+
+
+async def run_stdio(settings: Settings) -> None:
+    from memos_bridge.transport.stdio import serve_stdio
+
+    async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
+        await serve_stdio(methods, settings.transport, on_peer=hub.add)
+
+    await _run(settings, serve)
+
+
+async def run_tcp(settings: Settings, host: str, port: int, task_status: TaskStatus[int] | None = None) -> None:
+    from memos_bridge.transport.tcp import check_bind_allowed, serve_tcp
+
+    check_bind_allowed(host, settings.transport.token)  # refuse before opening anything
+
+    async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_stop_on_signal, group.cancel_scope)
+            bound_port = await group.start(
+                lambda task_status: serve_tcp(
+                    host, port, methods, settings.transport, on_peer=hub.add, task_status=task_status
+                )
+            )
+            log.info("memos-bridge listening on %s:%s", host, bound_port)
+            print(f"memos-bridge listening on {host}:{bound_port}", flush=True)  # stdout is free in TCP mode
+            if task_status is not None:
+                task_status.started(bound_port)
+
+    await _run(settings, serve)
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("signal %s: shutting down", signum)
+            scope.cancel()
+            return

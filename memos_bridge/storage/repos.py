@@ -1,0 +1,213 @@
+"""Queries used by core: small synchronous functions over a SQLAlchemy `Session`.
+
+They run inside `Database.read`/`Database.write` (worker threads). Each does one job and returns ORM rows
+or plain values; turning rows into wire DTOs is core's business (`core/mappers.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, or_, select, true, update
+from sqlalchemy.orm import Session
+
+from memos_bridge.storage.models import ApiLogRow, EpisodeRow, SessionRow, TraceRow, TurnRow
+from memos_bridge.storage.owner import SHARED_SCOPES, OwnerFilter, OwnerKey
+
+
+def visible(owner: OwnerFilter | None, model: Any) -> ColumnElement[bool]:
+    """Namespace predicate; no filter when the caller names no namespace (operator view)."""
+    return true() if owner is None else owner.clause(model)
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def get_session(db: Session, session_id: str) -> SessionRow | None:
+    return db.get(SessionRow, session_id)
+
+
+def add(db: Session, row: Any) -> None:
+    db.add(row)
+    db.flush()
+
+
+# ---------------------------------------------------------------- episodes
+
+
+def get_episode(db: Session, episode_id: str) -> EpisodeRow | None:
+    return db.get(EpisodeRow, episode_id)
+
+
+def open_episodes(db: Session, session_id: str) -> list[EpisodeRow]:
+    stmt = (
+        select(EpisodeRow)
+        .where(EpisodeRow.session_id == session_id, EpisodeRow.status == "open")
+        .order_by(EpisodeRow.started_at.desc())
+    )
+    return list(db.scalars(stmt))
+
+
+def list_episodes(
+    db: Session,
+    owner: OwnerFilter | None,
+    *,
+    session_id: str | None,
+    status: str | None,
+    limit: int,
+    offset: int,
+) -> list[EpisodeRow]:
+    stmt = select(EpisodeRow).where(visible(owner, EpisodeRow))
+    if session_id:
+        stmt = stmt.where(EpisodeRow.session_id == session_id)
+    if status:
+        stmt = stmt.where(EpisodeRow.status == status)
+    stmt = stmt.order_by(EpisodeRow.started_at.desc(), EpisodeRow.id.desc()).limit(limit).offset(offset)
+    return list(db.scalars(stmt))
+
+
+def first_user_texts(db: Session, episode_ids: Sequence[str]) -> dict[str, str]:
+    """The first user text of each episode (for list previews), one query."""
+    if not episode_ids:
+        return {}
+    first = (
+        select(TurnRow.episode_id, func.min(TurnRow.id).label("first_id"))
+        .where(TurnRow.episode_id.in_(episode_ids))
+        .group_by(TurnRow.episode_id)
+        .subquery()
+    )
+    stmt = select(TurnRow.episode_id, TurnRow.user_text).join(first, TurnRow.id == first.c.first_id)
+    return {episode_id: text for episode_id, text in db.execute(stmt)}
+
+
+# ---------------------------------------------------------------- turns
+
+
+def find_turn_by_key(db: Session, session_id: str, turn_key: str) -> TurnRow | None:
+    stmt = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.turn_key == turn_key)
+    return db.scalars(stmt).first()
+
+
+def latest_turn(db: Session, episode_id: str) -> TurnRow | None:
+    stmt = select(TurnRow).where(TurnRow.episode_id == episode_id).order_by(TurnRow.id.desc()).limit(1)
+    return db.scalars(stmt).first()
+
+
+def turn_ids_in_use(db: Session, episode_id: str, turn_id: int) -> bool:
+    stmt = select(func.count()).select_from(TurnRow).where(TurnRow.episode_id == episode_id, TurnRow.turn_id == turn_id)
+    return bool(db.scalar(stmt))
+
+
+# ---------------------------------------------------------------- traces
+
+
+def traces_by_keys(db: Session, episode_id: str, keys: Iterable[str]) -> dict[str, TraceRow]:
+    keys = list(keys)
+    if not keys:
+        return {}
+    stmt = select(TraceRow).where(TraceRow.episode_id == episode_id, TraceRow.step_key.in_(keys))
+    return {row.step_key: row for row in db.scalars(stmt)}
+
+
+def get_trace(db: Session, trace_id: str) -> TraceRow | None:
+    return db.scalars(select(TraceRow).where(TraceRow.id == trace_id)).first()
+
+
+def traces_by_ids(db: Session, ids: Sequence[str], owner: OwnerFilter | None) -> dict[str, TraceRow]:
+    if not ids:
+        return {}
+    stmt = select(TraceRow).where(TraceRow.id.in_(list(ids)), visible(owner, TraceRow), TraceRow.archived_at.is_(None))
+    return {row.id: row for row in db.scalars(stmt)}
+
+
+def timeline(db: Session, episode: EpisodeRow, *, limit: int, offset: int) -> list[TraceRow]:
+    """Episode order (the episode's trace list), not timestamp order: hosts may send skewed clocks."""
+    ordered_ids = list(episode.trace_ids_json or [])[offset : offset + limit]
+    if not ordered_ids:
+        return []
+    rows = {row.id: row for row in db.scalars(select(TraceRow).where(TraceRow.id.in_(ordered_ids)))}
+    return [rows[i] for i in ordered_ids if i in rows]
+
+
+def list_traces(
+    db: Session,
+    owner: OwnerFilter | None,
+    *,
+    session_id: str | None,
+    episode_id: str | None,
+    substring: str | None,
+    limit: int,
+    offset: int,
+) -> list[TraceRow]:
+    stmt = select(TraceRow).where(visible(owner, TraceRow))
+    if session_id:
+        stmt = stmt.where(TraceRow.session_id == session_id)
+    if episode_id:
+        stmt = stmt.where(TraceRow.episode_id == episode_id)
+    if substring:
+        pattern = "%" + substring.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = stmt.where(
+            or_(
+                TraceRow.user_text.like(pattern, escape="\\"),
+                TraceRow.agent_text.like(pattern, escape="\\"),
+                TraceRow.summary.like(pattern, escape="\\"),
+            )
+        )
+    stmt = stmt.order_by(TraceRow.ts.desc(), TraceRow.rid.desc()).limit(limit).offset(offset)
+    return list(db.scalars(stmt))
+
+
+def episode_status(db: Session, episode_ids: Iterable[str]) -> dict[str, tuple[str, float | None]]:
+    ids = list(set(episode_ids))
+    if not ids:
+        return {}
+    stmt = select(EpisodeRow.id, EpisodeRow.status, EpisodeRow.r_task).where(EpisodeRow.id.in_(ids))
+    return {i: (status, r_task) for i, status, r_task in db.execute(stmt)}
+
+
+def iter_trace_vectors(db: Session, field: str, batch: int = 5000) -> Iterator[tuple[str, bytes, OwnerKey]]:
+    """(id, vector blob, owner key) of every live trace with that vector, streamed in batches."""
+    column = getattr(TraceRow, field)
+    stmt = (
+        select(
+            TraceRow.id,
+            column,
+            TraceRow.owner_agent_kind,
+            TraceRow.owner_profile_id,
+            TraceRow.owner_workspace_id,
+            TraceRow.share_scope,
+        )
+        .where(column.is_not(None), TraceRow.archived_at.is_(None))
+        .execution_options(yield_per=batch)
+    )
+    for trace_id, blob, kind, profile, workspace, scope in db.execute(stmt):
+        yield trace_id, blob, OwnerKey(kind, profile, workspace, scope in SHARED_SCOPES)
+
+
+def set_trace_vectors(db: Session, trace_id: str, values: dict[str, bytes]) -> None:
+    db.execute(update(TraceRow).where(TraceRow.id == trace_id).values(**values))
+
+
+# ---------------------------------------------------------------- logs
+
+
+def log_api_call(
+    db: Session,
+    tool_name: str,
+    input_json: Any,
+    output_json: Any,
+    duration_ms: int,
+    success: bool,
+    called_at: int,
+) -> None:
+    db.add(
+        ApiLogRow(
+            tool_name=tool_name,
+            input_json=input_json,
+            output_json=output_json,
+            duration_ms=duration_ms,
+            success=success,
+            called_at=called_at,
+        )
+    )
