@@ -90,6 +90,7 @@ async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Aw
         async with anyio.create_task_group() as group:
             unsubscribe = _forward_events(core, hub, group)
             group.start_soon(core.warmup)
+            group.start_soon(core.backfill.run_forever)
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
             try:
                 await serve(methods, hub)

@@ -101,13 +101,16 @@ def build_openrpc() -> dict[str, Any]:
 
 
 def wire_models() -> list[type[dto.WireModel]]:
-    """Every wire model reachable from the method table, by name (stable order)."""
+    """Every wire model of the contract, by name: those the methods use and the shared memory DTOs
+    (Feedback, Policy, WorldModel, Skill, …) that later methods and events carry."""
     seen: dict[str, type[dto.WireModel]] = {}
     for spec in METHODS + SERVER_TO_CLIENT + NOTIFICATIONS:
         for model in (spec.params, spec.result):
             if issubclass(model, dto.WireModel):
                 seen[model.__name__] = model
-    seen[dto.ErrorData.__name__] = dto.ErrorData
+    for value in vars(dto).values():
+        if isinstance(value, type) and issubclass(value, dto.WireModel) and value is not dto.WireModel:
+            seen[value.__name__] = value
     return [seen[name] for name in sorted(seen)]
 
 

@@ -19,6 +19,7 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
+from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.mappers import episode_dto, trace_dto
 from memos_bridge.core.namespace import read_filter
@@ -56,6 +57,7 @@ class MemoryCore:
         self.vectors = VectorStore(db, embedder.dim)
         self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval)
         self.sessions = SessionService(db, self.events, settings.session)
+        self.backfill = EmbeddingBackfill(db, embedder, self.vectors)
         self.turns = TurnService(db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings)
 
     # ------------------------------------------------------------ lifecycle

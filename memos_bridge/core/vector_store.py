@@ -76,5 +76,11 @@ class VectorStore:
         index = await self.ensure_loaded(field)
         return index.search(query, k, owner, min_score=min_score)
 
+    def invalidate(self) -> None:
+        """Forget the loaded indexes (e.g. after bulk visibility changes); the next search reloads."""
+        for field in TRACE_FIELDS:
+            self._indexes[field] = VectorIndex(self.dim)
+        self._loaded.clear()
+
     def size(self, field: str) -> int:
         return len(self._indexes[field]) if field in self._loaded else -1

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from memos_bridge.storage.models import ApiLogRow, EpisodeRow, SessionRow, TraceRow, TurnRow
+from memos_bridge.storage.models import ApiLogRow, EmbeddingRetryRow, EpisodeRow, SessionRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import SHARED_SCOPES, OwnerFilter, OwnerKey
 
 
@@ -211,3 +211,21 @@ def log_api_call(
             called_at=called_at,
         )
     )
+
+
+# ---------------------------------------------------------------- embedding retry queue
+
+
+def due_embedding_retries(db: Session, now: int, limit: int) -> list[EmbeddingRetryRow]:
+    stmt = (
+        select(EmbeddingRetryRow)
+        .where(EmbeddingRetryRow.status == "pending", EmbeddingRetryRow.next_attempt_at <= now)
+        .order_by(EmbeddingRetryRow.next_attempt_at, EmbeddingRetryRow.id)
+        .limit(limit)
+    )
+    return list(db.scalars(stmt))
+
+
+def pending_embedding_retries(db: Session) -> int:
+    stmt = select(func.count()).select_from(EmbeddingRetryRow).where(EmbeddingRetryRow.status == "pending")
+    return int(db.scalar(stmt) or 0)
