@@ -25,10 +25,11 @@ from memos_bridge.contract.errors import MemosError
 from memos_bridge.core.text import to_text
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
+from memos_bridge.retrieval.query import keyword_query
 from memos_bridge.retrieval.render import TraceSnippet, render_block
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
-from memos_bridge.storage.fts import fts_search
+from memos_bridge.storage.fts import Tokenizer, fts_search
 from memos_bridge.storage.models import TraceRow
 from memos_bridge.storage.owner import OwnerFilter, OwnerKey
 from memos_bridge.timeutil import now_ms
@@ -131,32 +132,29 @@ class Retriever:
                     floor = max(self._settings.min_trace_sim, found[0][1] * ADAPTIVE_VEC_RATIO)
                     record(channel, [(i, s) for i, s in found if s >= floor])
 
-        async def keyword_channels() -> None:
-            def run(db: Session) -> list[tuple[str, list[tuple[str, float]]]]:
-                out = []
-                for tokenizer in ("word", "trigram"):
-                    found = fts_search(
-                        db,
-                        "trace",
-                        text,
-                        owner=owner,
-                        tokenizer=tokenizer,
-                        limit=self._settings.keyword_top_k,
-                    )
-                    # bm25 order → rank-based base score, as in the reference ranker
-                    out.append((f"fts_{tokenizer}", [(i, 1.0 / (r + 1)) for r, (i, _) in enumerate(found)]))
-                return out
+        keywords = keyword_query(text)
+
+        async def keyword_channel(tokenizer: Tokenizer, terms: str) -> None:
+            def run(db: Session) -> list[tuple[str, float]]:
+                return fts_search(
+                    db, "trace", terms, owner=owner, tokenizer=tokenizer, limit=self._settings.keyword_top_k
+                )
 
             try:
-                for channel, found in await self._db.read(run):
-                    record(channel, found)
+                found = await self._db.read(run)
             except Exception:
-                log.exception("full-text channel failed")
-                stats.degraded.append("fts")
+                log.exception("full-text channel %s failed", tokenizer)
+                stats.degraded.append(f"fts_{tokenizer}")
+                return
+            # bm25 order → rank-based base score, as in the reference ranker
+            record(f"fts_{tokenizer}", [(ref_id, 1.0 / (rank + 1)) for rank, (ref_id, _) in enumerate(found)])
 
         async with anyio.create_task_group() as group:
             group.start_soon(vector_channels)
-            group.start_soon(keyword_channels)
+            if keywords.word:
+                group.start_soon(keyword_channel, "word", keywords.word)
+            if keywords.trigram:
+                group.start_soon(keyword_channel, "trigram", keywords.trigram)
 
         ranked = sorted(candidates.values(), key=lambda c: c.fused(self._settings.rrf_k), reverse=True)
         stats.candidates = len(ranked)
