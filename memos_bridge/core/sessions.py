@@ -12,6 +12,7 @@ rolled-back transaction never announces anything.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from memos_bridge.core.namespace import owner_for
 from memos_bridge.ids import new_id
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
-from memos_bridge.storage.models import EpisodeRow, SessionRow
+from memos_bridge.storage.models import EpisodeRow, SessionRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.timeutil import now_ms
 
@@ -121,6 +122,49 @@ def reopen_episode_sync(outbox: Outbox, episode: EpisodeRow) -> None:
     outbox.add(EventType.EPISODE_OPENED, {"sessionId": episode.session_id, "episodeId": episode.id, "reopened": True})
 
 
+def episode_of_session_sync(db: Session, session: SessionRow, episode_id: str) -> EpisodeRow:
+    """The episode, which must exist and belong to `session` (a host must not mix up its sessions)."""
+    episode = repos.get_episode(db, episode_id)
+    if episode is None:
+        raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {episode_id}")
+    if episode.session_id != session.id:
+        raise MemosError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"episode {episode_id} belongs to another session",
+            {"episodeId": episode_id, "sessionId": session.id},
+        )
+    return episode
+
+
+def record_turn_sync(
+    db: Session, session: SessionRow, episode: EpisodeRow, ts: int, user_text: str, turn_key: str | None
+) -> TurnRow:
+    """Store a user turn in `episode` and count it; its turn id is `ts`, bumped past any id in use."""
+    turn_id = ts
+    while repos.turn_ids_in_use(db, episode.id, turn_id):
+        turn_id += 1  # two user turns in the same millisecond still get distinct turn ids
+    turn = TurnRow(
+        session_id=session.id,
+        episode_id=episode.id,
+        turn_id=turn_id,
+        turn_key=turn_key,
+        user_text=user_text,
+        user_text_hash=text_hash(user_text),
+        started_at=ts,
+        status="started",
+        owner_agent_kind=session.owner_agent_kind,
+        owner_profile_id=session.owner_profile_id,
+        owner_workspace_id=session.owner_workspace_id,
+    )
+    repos.add(db, turn)
+    episode.turn_count += 1
+    return turn
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
 def route_episode_sync(
     db: Session,
     outbox: Outbox,
@@ -131,15 +175,7 @@ def route_episode_sync(
 ) -> EpisodeRow:
     """Pick the episode a new user turn belongs to (see module docstring for the rules)."""
     if requested:
-        episode = repos.get_episode(db, requested)
-        if episode is None:
-            raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {requested}")
-        if episode.session_id != session.id:
-            raise MemosError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"episode {requested} belongs to another session",
-                {"episodeId": requested, "sessionId": session.id},
-            )
+        episode = episode_of_session_sync(db, session, requested)
         reopen_episode_sync(outbox, episode)
         return episode
     now = now_ms()

@@ -13,7 +13,6 @@ A turn never fails because retrieval failed or ran out of time: the result is th
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -33,9 +32,12 @@ from memos_bridge.core.sessions import (
     Outbox,
     SessionService,
     ensure_session_sync,
+    episode_of_session_sync,
     owner_of,
+    record_turn_sync,
     reopen_episode_sync,
     route_episode_sync,
+    text_hash,
 )
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
@@ -49,10 +51,6 @@ from memos_bridge.storage.vectors import to_blob
 from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
-
-
-def _text_hash(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -101,16 +99,16 @@ class TurnService:
         if params.turn_key is None:
             return await self._turn_start(params)
         key = (params.session_id, params.turn_key)
-        text_hash = _text_hash(params.user_text)
+        digest = text_hash(params.user_text)
         existing = self._inflight.get(key)
         if existing is not None:
-            if existing.text_hash != text_hash:
+            if existing.text_hash != digest:
                 raise self._conflict(params)
             await existing.done.wait()
             if existing.result is not None:
                 return existing.result
             # the first attempt failed and was forgotten; fall through and compute again
-        entry = _InFlight(text_hash=text_hash, done=anyio.Event())
+        entry = _InFlight(text_hash=digest, done=anyio.Event())
         self._inflight[key] = entry
         self._inflight.move_to_end(key)
         while len(self._inflight) > self._settings.session.turn_key_cache:
@@ -136,12 +134,11 @@ class TurnService:
 
     def _begin_turn_sync(self, db: Session, params: dto.TurnInputDTO) -> _BegunTurn:
         outbox = Outbox()
-        text_hash = _text_hash(params.user_text)
         session = ensure_session_sync(db, outbox, params.session_id, params.agent, params.namespace, params.ts)
         if params.turn_key:
             previous = repos.find_turn_by_key(db, session.id, params.turn_key)
             if previous is not None:
-                if previous.user_text_hash != text_hash:
+                if previous.user_text_hash != text_hash(params.user_text):
                     raise self._conflict(params)
                 return _BegunTurn(
                     owner_of(session),
@@ -152,24 +149,7 @@ class TurnService:
                     outbox,
                 )
         episode = route_episode_sync(db, outbox, session, params.episode_id, params.ts, self._settings.session)
-        turn_id = params.ts
-        while repos.turn_ids_in_use(db, episode.id, turn_id):
-            turn_id += 1  # two user turns in the same millisecond still get distinct turn ids
-        turn = TurnRow(
-            session_id=session.id,
-            episode_id=episode.id,
-            turn_id=turn_id,
-            turn_key=params.turn_key,
-            user_text=params.user_text,
-            user_text_hash=text_hash,
-            started_at=params.ts,
-            status="started",
-            owner_agent_kind=session.owner_agent_kind,
-            owner_profile_id=session.owner_profile_id,
-            owner_workspace_id=session.owner_workspace_id,
-        )
-        repos.add(db, turn)
-        episode.turn_count += 1
+        turn = record_turn_sync(db, session, episode, params.ts, params.user_text, params.turn_key)
         return _BegunTurn(owner_of(session), session.id, episode.id, turn.id, None, outbox)
 
     async def _turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
@@ -228,36 +208,12 @@ class TurnService:
         session = repos.get_session(db, params.session_id)
         if session is None:
             raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
-        episode = repos.get_episode(db, params.episode_id)
-        if episode is None:
-            raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {params.episode_id}")
-        if episode.session_id != session.id:
-            raise MemosError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"episode {episode.id} belongs to another session",
-                {"episodeId": episode.id, "sessionId": session.id},
-            )
+        episode = episode_of_session_sync(db, session, params.episode_id)
         turn = repos.latest_turn(db, episode.id)
         new_text = params.user_text
         if turn is None or (turn.status == "ended" and new_text and new_text != turn.user_text):
             # No turn.start preceded this turn.end (or it reports a new user turn): record the turn now.
-            turn_id = params.ts
-            while repos.turn_ids_in_use(db, episode.id, turn_id):
-                turn_id += 1
-            turn = TurnRow(
-                session_id=session.id,
-                episode_id=episode.id,
-                turn_id=turn_id,
-                user_text=new_text or "",
-                user_text_hash=_text_hash(new_text or ""),
-                started_at=params.ts,
-                status="started",
-                owner_agent_kind=session.owner_agent_kind,
-                owner_profile_id=session.owner_profile_id,
-                owner_workspace_id=session.owner_workspace_id,
-            )
-            repos.add(db, turn)
-            episode.turn_count += 1
+            turn = record_turn_sync(db, session, episode, params.ts, new_text or "", None)
         return episode, turn, outbox
 
     async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
