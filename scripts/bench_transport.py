@@ -97,8 +97,15 @@ def start_daemon(home: str) -> tuple[subprocess.Popen[bytes], int]:
             raise RuntimeError("daemon did not start")
 
 
-def capture_turns(client: ServiceClient, count: int, seed: int, window: int, ts0: int) -> tuple[float, int]:
-    """Open a few sessions and send `count` turn.end calls of 5 steps each; return (steps/s, steps)."""
+def capture_turns(
+    client: ServiceClient, count: int, seed: int, window: int, ts0: int, terse: bool = False
+) -> tuple[float, int]:
+    """Open a few sessions and send `count` turn.end calls of 5 steps each; return (steps/s, steps).
+
+    Default steps are realistic (12-word asks, 20-word tool outputs, 30-word replies); `terse` steps
+    (4/5/8 words) show how throughput depends on text length: the embedding model is the bound.
+    """
+    ask, out, reply = (4, 5, 8) if terse else (12, 20, 30)
     rng = random.Random(seed)
     episodes = []
     for _ in range(8):
@@ -112,7 +119,7 @@ def capture_turns(client: ServiceClient, count: int, seed: int, window: int, ts0
             {
                 "name": rng.choice(TOOLS),
                 "input": {"cmd": sentence(rng, 6)},
-                "output": sentence(rng, 20) if rng.random() > 0.2 else f"Error: {sentence(rng, 8)}",
+                "output": sentence(rng, out) if rng.random() > 0.2 else f"Error: {sentence(rng, out // 2)}",
             }
             for _ in range(4)
         ]
@@ -122,8 +129,8 @@ def capture_turns(client: ServiceClient, count: int, seed: int, window: int, ts0
                 "sessionId": session,
                 "episodeId": episode,
                 "ts": ts0 + i,
-                "userText": f"turn {i}: {sentence(rng, 12)}",
-                "agentText": sentence(rng, 30),
+                "userText": f"turn {i}: {sentence(rng, ask)}",
+                "agentText": sentence(rng, reply),
                 "toolCalls": calls,
             }
         )
@@ -167,6 +174,11 @@ def main() -> int:
             f"turn.end capture:             {steps_rate:,.0f} steps/s  ({steps} steps, 5 per call, "
             f"real embeddings, 8 calls in flight; target ≥ 150)"
         )
+        terse_rate, terse_steps = capture_turns(
+            client, 100 if args.quick else 200, seed=7, window=8, ts0=20_000, terse=True
+        )
+        print(f"turn.end capture, terse:      {terse_rate:,.0f} steps/s  ({terse_steps} steps of 4-8 words)")
+        steps += terse_steps
 
         total = steps
         seed = 2

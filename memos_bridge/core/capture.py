@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from memos_bridge.config import CaptureSettings
 from memos_bridge.contract.dto import ToolCallDTO, TurnResultDTO
-from memos_bridge.core.text import clamp_head_tail, clip, first_line, first_sentence, squash, to_text
+from memos_bridge.core.text import args_text, clamp_head_tail, clip, first_line, first_sentence, squash, to_text
 
 StepKindName = Literal["tool", "reply", "note"]
 
@@ -220,7 +220,7 @@ def extract_tags(step: StepDraft, limit: int) -> list[str]:
 
 
 def _tool_signature(call: dict[str, Any], limit: int) -> str:
-    args = clip(to_text(call.get("input")), max(limit // 3, 20))
+    args = clip(args_text(call.get("input")), max(limit // 3, 20))
     if call.get("errorCode"):
         outcome = f"error: {call['errorCode']}"
     else:
@@ -234,7 +234,7 @@ def summarise_step(step: StepDraft, max_chars: int) -> str:
     ask = clip(first_line(step.user_text), 60)
     if step.kind == "tool" and step.tool_calls:
         call = step.tool_calls[0]
-        args = clip(to_text(call.get("input")), 48)
+        args = clip(args_text(call.get("input")), 48)
         head = f"{call.get('name', 'tool')}({args})"
         if step.failed:
             detail = step.error_signatures[0] if step.error_signatures else clip(to_text(call.get("output")), 50)

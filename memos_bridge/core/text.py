@@ -75,3 +75,11 @@ def to_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
     except (TypeError, ValueError):
         return str(value)
+
+
+def args_text(value: Any) -> str:
+    """Tool arguments as `key=value` pairs: readable in summaries and far fewer tokens than JSON
+    punctuation when embedded ({"cmd": "ls"} → cmd=ls)."""
+    if isinstance(value, dict):
+        return " ".join(f"{key}={v if isinstance(v, str) else to_text(v)}" for key, v in value.items())
+    return to_text(value)

@@ -203,8 +203,10 @@ class TurnService:
 
     # ------------------------------------------------------------ turn.end
 
-    def _resolve_turn_sync(self, db: Session, params: dto.TurnResultDTO) -> tuple[EpisodeRow, TurnRow, Outbox]:
-        outbox = Outbox()
+    def _resolve_turn_sync(
+        self, db: Session, params: dto.TurnResultDTO, *, create: bool
+    ) -> tuple[EpisodeRow, TurnRow | None]:
+        """The episode and the user turn this turn.end answers; None when the turn must be created first."""
         session = repos.get_session(db, params.session_id)
         if session is None:
             raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
@@ -213,15 +215,30 @@ class TurnService:
         new_text = params.user_text
         if turn is None or (turn.status == "ended" and new_text and new_text != turn.user_text):
             # No turn.start preceded this turn.end (or it reports a new user turn): record the turn now.
+            if not create:
+                return episode, None
             turn = record_turn_sync(db, session, episode, params.ts, new_text or "", None)
-        return episode, turn, outbox
+        return episode, turn
+
+    def _plan_capture_sync(
+        self, db: Session, params: dto.TurnResultDTO
+    ) -> tuple[EpisodeRow, TurnRow | None, list[StepDraft], set[str]]:
+        """Read-only: resolve the turn, split it into steps and find which steps are already stored."""
+        episode, turn = self._resolve_turn_sync(db, params, create=False)
+        if turn is None:
+            return episode, None, [], set()
+        steps = extract_steps(params, turn.user_text, turn.turn_id, self._settings.capture)
+        return episode, turn, steps, set(repos.traces_by_keys(db, episode.id, [s.key for s in steps]))
 
     async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
         started = time.perf_counter()
-        episode, turn, outbox = await self._db.write(lambda db: self._resolve_turn_sync(db, params))
-        self._sessions.publish(outbox)
-        steps = extract_steps(params, turn.user_text, turn.turn_id, self._settings.capture)
-        known = await self._db.read(lambda db: set(repos.traces_by_keys(db, episode.id, [s.key for s in steps])))
+        # The common case (turn.start recorded the turn) needs one read here and one write below.
+        episode, resolved, steps, known = await self._db.read(lambda db: self._plan_capture_sync(db, params))
+        if resolved is None:
+            episode, resolved = await self._db.write(lambda db: self._resolve_turn_sync(db, params, create=True))
+            assert resolved is not None
+            steps = extract_steps(params, resolved.user_text, resolved.turn_id, self._settings.capture)
+        turn = resolved
         fresh = [s for s in steps if s.key not in known]
         vectors, embed_error = await self._embed_steps(fresh)
 

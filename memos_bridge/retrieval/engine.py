@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from memos_bridge.config import RetrievalSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import MemosError
-from memos_bridge.core.text import to_text
+from memos_bridge.core.text import args_text, to_text
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.retrieval.query import keyword_query
@@ -230,6 +230,6 @@ class Retriever:
 
 def _tool_line(call: dict[str, object]) -> str:
     name = call.get("name", "tool")
-    args = to_text(call.get("input"))[:120]
+    args = args_text(call.get("input"))[:120]
     outcome = call.get("errorCode") or to_text(call.get("output"))[:160]
     return f"{name}({args}) → {outcome}"
