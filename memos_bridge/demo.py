@@ -82,12 +82,13 @@ def run_demo(home: str | None) -> int:
             timeout=120,
         )
         print(
-            f"turn.start → {len(recall['hits'])} memories, channels: "
-            + ", ".join("+".join(hit["channels"]) for hit in recall["hits"])
+            f"turn.start → {len(recall['hits'])} memories: "
+            + ", ".join(f"{hit['refKind']} via {'+'.join(hit['channels'])}" for hit in recall["hits"])
         )
         print("\ninjected context:\n")
         print(recall["injectedContext"] or "(nothing)")
-        ok = any(hit["refId"] in end["traceIds"] for hit in recall["hits"])
+        # recalled either as single steps or as the whole past task (a roll-up of its steps)
+        ok = any(hit["refId"] in end["traceIds"] or hit["refId"] == episode for hit in recall["hits"])
         print(f"\nrecall of task 1 in task 2: {'yes' if ok else 'NO'}")
         return 0 if ok else 1
     finally:

@@ -215,6 +215,7 @@ class RetrievalStatsDTO(WireModel):
 
     candidates: int = 0
     returned: int = 0
+    scenario: str | None = Field(None, description="Injection scenario: task, follow_up, memory_probe, chitchat…")
     skipped_reason: str | None = None
     degraded: list[str] = Field(default_factory=list)
     total_ms: float = 0.0

@@ -66,8 +66,7 @@ class MemoryCore:
         """Background warm-up after the server answers: load the model and the vector indexes."""
         try:
             await self.embedder.warmup()
-            for field_name in ("vec_summary", "vec_action"):
-                await self.vectors.ensure_loaded(field_name)
+            await self.vectors.load_all()
         except Exception:
             log.exception("warm-up failed; requests will retry lazily")
 

@@ -43,6 +43,7 @@ from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.ids import new_id
 from memos_bridge.retrieval.engine import Retriever
+from memos_bridge.retrieval.intent import classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
@@ -169,8 +170,14 @@ class TurnService:
             deadline_at=params.deadline_at,
         )
         deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
+        intent = classify_intent_heuristic(params.user_text)
+        plan = schedule_injection(intent, params.user_text)
         result = await self._retriever.retrieve_safely(
-            query, begun.owner, exclude_episode_id=begun.episode_id, deadline_at=deadline_at
+            query,
+            begun.owner,
+            exclude_episode_id=begun.episode_id,
+            deadline_at=deadline_at,
+            injection=plan,
         )
         self._events.emit(
             EventType.RETRIEVAL_HIT if result.hits else EventType.RETRIEVAL_EMPTY,

@@ -1,14 +1,16 @@
 """The in-memory vector indexes of the service, one per (kind, vector field).
 
-Each index is loaded from the database on first use (streamed, not a per-query table scan) and then kept
-current as rows are inserted, so a query is one matrix product. Loading happens in a worker thread and
-only once, even when several turns race to be first.
+Each index is loaded from the database on first use (streamed once, never a per-query table scan) and
+then kept current as rows are inserted, updated or archived, so a query is one matrix product with a
+vectorised namespace mask. Loading happens in a worker thread and only once per index, even when several
+turns race to be first.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import anyio
 import numpy as np
@@ -16,71 +18,102 @@ from sqlalchemy.orm import Session
 
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
-from memos_bridge.storage.models import TraceRow
 from memos_bridge.storage.owner import OwnerFilter, OwnerKey
 from memos_bridge.storage.vectors import VectorIndex, from_blob
 
 log = logging.getLogger(__name__)
 
-TRACE_FIELDS = ("vec_summary", "vec_action")
+FIELDS: dict[str, tuple[str, ...]] = {
+    "trace": ("vec_summary", "vec_action"),
+    "policy": ("vec",),
+    "skill": ("vec",),
+    "world_model": ("vec",),
+}
+TRACE_FIELDS = FIELDS["trace"]
 
 
 class VectorStore:
     def __init__(self, db: Database, dim: int) -> None:
         self._db = db
         self.dim = dim
-        self._indexes: dict[str, VectorIndex] = {name: VectorIndex(dim) for name in TRACE_FIELDS}
-        self._loaded: set[str] = set()
+        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        self._loaded: set[tuple[str, str]] = set()
         self._lock = anyio.Lock()
+        self.invalidate()
 
-    async def ensure_loaded(self, field: str) -> VectorIndex:
-        index = self._indexes[field]
-        if field in self._loaded:
+    async def ensure_loaded(self, kind: str, field: str) -> VectorIndex:
+        key = (kind, field)
+        index = self._indexes[key]
+        if key in self._loaded:
             return index
         async with self._lock:
-            if field not in self._loaded:
+            if key not in self._loaded:
                 started = time.perf_counter()
-                count = await self._db.read(lambda db: self._load_sync(db, field))
-                self._loaded.add(field)
+                count = await self._db.read(lambda db: self._load_sync(db, kind, field))
+                self._loaded.add(key)
                 log.info(
-                    "vector index %s loaded: %d rows in %.0f ms",
+                    "vector index %s.%s loaded: %d rows in %.0f ms",
+                    kind,
                     field,
                     count,
                     (time.perf_counter() - started) * 1000,
                 )
-        return index
+        return self._indexes[key]
 
-    def _load_sync(self, db: Session, field: str) -> int:
-        """Rows with another model's vector size are skipped (counted in the log) until re-embedded."""
-        result = self._indexes[field].load(repos.iter_trace_vectors(db, field))
+    async def load_all(self) -> None:
+        for kind, fields in FIELDS.items():
+            for field in fields:
+                await self.ensure_loaded(kind, field)
+
+    def _load_sync(self, db: Session, kind: str, field: str) -> int:
+        """Rows with another model's vector size are skipped (logged) until re-embedded."""
+        result = self._indexes[(kind, field)].load(repos.iter_vectors(db, kind, field))
         if result.skipped:
-            log.warning("vector index %s: %d rows skipped (wrong dimension or invalid)", field, result.skipped)
+            log.warning("vector index %s.%s: %d rows skipped (wrong dimension or invalid)", kind, field, result.skipped)
         return result.loaded
 
-    def add_trace(self, row: TraceRow) -> None:
-        """Keep loaded indexes current; unloaded ones will read the row from the database anyway."""
+    def upsert(self, kind: str, row: Any) -> None:
+        """Keep loaded indexes current after an insert or update; unloaded ones read the row later anyway."""
         owner = OwnerKey.of_row(row)
-        for field in TRACE_FIELDS:
+        archived = row.archived_at is not None or getattr(row, "status", None) == "archived"
+        for field in FIELDS[kind]:
+            if (kind, field) not in self._loaded:
+                continue
             blob = getattr(row, field)
-            if blob is not None and field in self._loaded:
-                self._indexes[field].upsert(row.id, from_blob(blob, self.dim), owner)
+            if blob is None or archived:
+                self._indexes[(kind, field)].remove(row.id)
+            else:
+                self._indexes[(kind, field)].upsert(row.id, from_blob(blob, self.dim), owner)
 
-    def remove_trace(self, trace_id: str) -> None:
-        for field in TRACE_FIELDS:
-            if field in self._loaded:
-                self._indexes[field].remove(trace_id)
+    def add_trace(self, row: Any) -> None:
+        self.upsert("trace", row)
+
+    def remove(self, kind: str, row_id: str) -> None:
+        for field in FIELDS[kind]:
+            if (kind, field) in self._loaded:
+                self._indexes[(kind, field)].remove(row_id)
 
     async def search(
-        self, field: str, query: np.ndarray, k: int, owner: OwnerFilter | None, min_score: float | None = None
+        self,
+        kind: str,
+        field: str,
+        query: np.ndarray,
+        k: int,
+        owner: OwnerFilter | None,
+        min_score: float | None = None,
     ) -> list[tuple[str, float]]:
-        index = await self.ensure_loaded(field)
+        index = await self.ensure_loaded(kind, field)
         return index.search(query, k, owner, min_score=min_score)
+
+    def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of loaded rows (for MMR redundancy), without touching the database."""
+        index = self._indexes[(kind, field)]
+        return {i: v for i in ids if (v := index.get(i)) is not None}
 
     def invalidate(self) -> None:
         """Forget the loaded indexes (e.g. after bulk visibility changes); the next search reloads."""
-        for field in TRACE_FIELDS:
-            self._indexes[field] = VectorIndex(self.dim)
+        self._indexes = {(kind, field): VectorIndex(self.dim) for kind, fields in FIELDS.items() for field in fields}
         self._loaded.clear()
 
-    def size(self, field: str) -> int:
-        return len(self._indexes[field]) if field in self._loaded else -1
+    def size(self, kind: str, field: str) -> int:
+        return len(self._indexes[(kind, field)]) if (kind, field) in self._loaded else -1

@@ -1,19 +1,27 @@
-"""Retrieval over captured traces: vector (summary + action) and full-text (word + trigram) channels.
+"""The tiered hybrid retrieval engine.
 
-The channels run concurrently; results are fused with reciprocal-rank fusion on top of the best channel
-score, filtered by a relative threshold (a memory found by several channels bypasses it), and rendered
-into the injected block. The tiered engine with skills, experiences and world models extends this.
+Tiers: T1 skills; T2 traces, episode roll-ups ("similar past tasks") and experiences (policies of every
+type); T3 world models. Each entry point has a plan (which tiers, how many per tier). For every tier the
+channels run concurrently: vector (traces: summary and action vectors; others: one vector), FTS5 word
+and trigram, pattern (LIKE, for 2-character words and CJK bigrams), exact identifiers, and, for traces,
+structural error-signature match. Everything is filtered by the caller's namespace inside each channel.
 
-Everything is filtered by the caller's namespace inside each channel, and `retrieve_safely` turns any
-failure or an exhausted deadline into an empty result with a reason: a turn never fails because of
-retrieval.
+Candidates are fused and ranked in `fusion.py`, hydrated from the database (eligibility: archived rows
+never, candidate/active policies, skills above the reliability floor, active world models), turned into
+roll-ups where several steps of one past task matched, and rendered by `render.py`.
+
+`retrieve_safely` turns any failure or an exhausted deadline into an empty result with a reason: a turn
+never fails because of retrieval.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import numpy as np
@@ -22,41 +30,109 @@ from sqlalchemy.orm import Session
 from memos_bridge.config import RetrievalSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import MemosError
-from memos_bridge.core.text import args_text, to_text
+from memos_bridge.core.capture import extract_error_signatures
+from memos_bridge.core.text import args_text, clip, to_text
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
-from memos_bridge.retrieval.query import keyword_query
-from memos_bridge.retrieval.render import TraceSnippet, render_block
+from memos_bridge.retrieval import fusion
+from memos_bridge.retrieval.fusion import Candidate, CandidateKind
+from memos_bridge.retrieval.intent import InjectionPlan
+from memos_bridge.retrieval.query import KeywordQuery, keyword_query
+from memos_bridge.retrieval.render import (
+    EpisodeSnippet,
+    ExperienceSnippet,
+    RenderInput,
+    RenderOptions,
+    SkillSnippet,
+    TraceSnippet,
+    WorldSnippet,
+    render_block,
+)
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
-from memos_bridge.storage.fts import Tokenizer, fts_search
-from memos_bridge.storage.models import TraceRow
-from memos_bridge.storage.owner import OwnerFilter, OwnerKey
-from memos_bridge.timeutil import now_ms
+from memos_bridge.storage.fts import FtsKind, Tokenizer, fts_search, pattern_search
+from memos_bridge.storage.owner import OwnerFilter
+from memos_bridge.timeutil import DAY_MS, now_ms
 
 log = logging.getLogger(__name__)
 
-RRF_WEIGHT = 0.4
-RELATIVE_FLOOR = 0.2
-ADAPTIVE_VEC_RATIO = 0.45
-HEADERS = {"turn_start": "Relevant memories from earlier work", "tool_driven": "Memory search results"}
+TIER_OF: dict[str, int] = {"skill": 1, "trace": 2, "policy": 2, "world_model": 3}
+CANDIDATE_KIND: dict[str, CandidateKind] = {
+    "skill": "skill",
+    "trace": "trace",
+    "policy": "experience",
+    "world_model": "world_model",
+}
+REF_KIND: dict[str, Any] = {
+    "skill": "skill",
+    "trace": "trace",
+    "episode": "episode",
+    "experience": "experience",
+    "world_model": "world-model",
+}
+ALL_CHANNELS = fusion.VECTOR_CHANNELS | fusion.KEYWORD_CHANNELS | fusion.STRUCTURAL_CHANNELS
+EPISODE_GOAL_MIN_SIM = 0.45
+WORLD_MIN_SIM = 0.15
+PRIORITY_HALF_LIFE_DAYS = 30.0
+MIN_SKILL_ETA = 0.1
+LONG_IDENTIFIER = 8
 
 
-@dataclass
-class _Candidate:
-    ref_id: str
-    channels: dict[str, tuple[int, float]] = field(default_factory=dict)  # channel -> (rank, score)
-
-    @property
-    def base(self) -> float:
-        return max(score for _, score in self.channels.values())
-
-    def fused(self, rrf_k: int) -> float:
-        return self.base + RRF_WEIGHT * sum(1.0 / (rrf_k + rank + 1) for rank, _ in self.channels.values())
+@dataclass(frozen=True)
+class Plan:
+    reason: str
+    caps: dict[int, int]
+    include_low_value: bool = False
 
 
-def _visible(row: TraceRow, owner: OwnerFilter | None) -> bool:
-    return owner is None or owner.can_see(row)
+def plan_for(reason: str, settings: RetrievalSettings, top_k: dto.TopKDTO | None = None) -> Plan:
+    """Tier plan of an entry point; `top_k` (memory.search) overrides any tier, skills included."""
+    defaults = {1: settings.tier1_top_k, 2: settings.tier2_top_k, 3: settings.tier3_top_k}
+    tiers = {
+        "turn_start": (1, 2, 3),
+        "tool_driven": (1, 2, 3),
+        "skill_invoke": (1, 2),
+        "decision_repair": (1, 2),
+    }.get(reason, (1, 2, 3))
+    caps = {tier: defaults[tier] for tier in tiers}
+    if reason == "skill_invoke":
+        caps[2] = min(caps[2], 2)
+    if top_k is not None:
+        for tier, value in ((1, top_k.tier1), (2, top_k.tier2), (3, top_k.tier3)):
+            if value is not None:
+                caps[tier] = value
+    return Plan(reason, {t: c for t, c in caps.items() if c > 0}, include_low_value=reason == "decision_repair")
+
+
+def _allowed_channels(filters: dict[str, Any] | None) -> frozenset[str] | None:
+    """`filters.channels`: ["vector"], ["keyword"], or explicit channel names; None = all."""
+    if not filters or not filters.get("channels"):
+        return None
+    wanted: set[str] = set()
+    for name in filters["channels"]:
+        if name == "vector":
+            wanted |= fusion.VECTOR_CHANNELS
+        elif name == "keyword":
+            wanted |= fusion.KEYWORD_CHANNELS | fusion.STRUCTURAL_CHANNELS
+        else:
+            wanted.add(str(name))
+    return frozenset(wanted)
+
+
+class _Collector:
+    """Candidates found so far, keyed by (kind, id)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, str], Candidate] = {}
+
+    def record(self, kind: str, channel: str, results: list[tuple[str, float]]) -> None:
+        for rank, (ref_id, score) in enumerate(results):
+            cand = self.by_key.get((kind, ref_id))
+            if cand is None:
+                cand = self.by_key[(kind, ref_id)] = Candidate(
+                    kind=CANDIDATE_KIND[kind], ref_id=ref_id, tier=TIER_OF[kind]
+                )
+            cand.add(channel, rank, score)
 
 
 class Retriever:
@@ -66,6 +142,8 @@ class Retriever:
         self._vectors = vectors
         self._settings = settings
 
+    # ------------------------------------------------------------ entry points
+
     async def retrieve_safely(
         self,
         query: dto.RetrievalQueryDTO,
@@ -73,143 +151,40 @@ class Retriever:
         *,
         exclude_episode_id: str | None,
         deadline_at: int,
-        top_k: int | None = None,
+        top_k: dto.TopKDTO | None = None,
+        injection: InjectionPlan | None = None,
     ) -> dto.RetrievalResultDTO:
+        """Retrieve for `query`; `injection` (from the intent scheduler) may skip retrieval or narrow the tiers."""
         started = time.perf_counter()
         remaining_s = (deadline_at - now_ms()) / 1000
-        stats = dto.RetrievalStatsDTO()
+        stats = dto.RetrievalStatsDTO(scenario=injection.scenario if injection else None)
         hits: list[dto.RetrievalHitDTO] = []
         context = ""
         latency = dto.TierLatencyDTO()
-        if not query.query.strip():
+        if injection is not None and not injection.retrieve:
+            stats.skipped_reason = injection.scenario  # chitchat and /memos commands get no memories
+        elif not query.query.strip():
             stats.skipped_reason = "empty_query"
         elif remaining_s <= 0:
             stats.skipped_reason = "deadline"
         else:
             try:
                 with anyio.fail_after(remaining_s):
-                    hits, context, stats = await self._retrieve(query, owner, exclude_episode_id, top_k)
-                latency.tier2 = round((time.perf_counter() - started) * 1000, 2)
+                    hits, context, found, latency = await self._retrieve(
+                        query, owner, exclude_episode_id, top_k, injection
+                    )
+                found.scenario = stats.scenario
+                stats = found
             except TimeoutError:
-                stats = dto.RetrievalStatsDTO(skipped_reason="deadline")
+                stats = dto.RetrievalStatsDTO(skipped_reason="deadline", scenario=stats.scenario)
                 log.warning("retrieval hit the deadline (%.0f ms)", remaining_s * 1000)
             except Exception:
                 log.exception("retrieval failed; returning an empty result")
-                stats = dto.RetrievalStatsDTO(skipped_reason="error")
+                stats = dto.RetrievalStatsDTO(skipped_reason="error", scenario=stats.scenario)
         stats.total_ms = round((time.perf_counter() - started) * 1000, 2)
         return dto.RetrievalResultDTO(
             query=query, hits=hits, injected_context=context, tier_latency_ms=latency, stats=stats
         )
-
-    async def _retrieve(
-        self,
-        query: dto.RetrievalQueryDTO,
-        owner: OwnerFilter | None,
-        exclude_episode_id: str | None,
-        top_k: int | None,
-    ) -> tuple[list[dto.RetrievalHitDTO], str, dto.RetrievalStatsDTO]:
-        text = query.query.strip()[:1500]
-        limit = self._settings.tier2_top_k if top_k is None else top_k
-        pool = max(limit * 4, 20)
-        stats = dto.RetrievalStatsDTO()
-        candidates: dict[str, _Candidate] = {}
-
-        def record(channel: str, results: list[tuple[str, float]]) -> None:
-            for rank, (ref_id, score) in enumerate(results):
-                candidates.setdefault(ref_id, _Candidate(ref_id)).channels[channel] = (rank, score)
-
-        async def vector_channels() -> None:
-            try:
-                query_vec = (await self._embedder.embed([text], role="query"))[0]
-            except MemosError as exc:
-                stats.degraded.append(f"embedding:{exc.code.value}")
-                return
-            for field_name, channel in (("vec_summary", "vec_summary"), ("vec_action", "vec_action")):
-                found = await self._vectors.search(
-                    field_name, np.asarray(query_vec), pool, owner, min_score=self._settings.min_trace_sim
-                )
-                if found:
-                    floor = max(self._settings.min_trace_sim, found[0][1] * ADAPTIVE_VEC_RATIO)
-                    record(channel, [(i, s) for i, s in found if s >= floor])
-
-        keywords = keyword_query(text)
-
-        async def keyword_channel(tokenizer: Tokenizer, terms: str) -> None:
-            def run(db: Session) -> list[tuple[str, float]]:
-                return fts_search(
-                    db, "trace", terms, owner=owner, tokenizer=tokenizer, limit=self._settings.keyword_top_k
-                )
-
-            try:
-                found = await self._db.read(run)
-            except Exception:
-                log.exception("full-text channel %s failed", tokenizer)
-                stats.degraded.append(f"fts_{tokenizer}")
-                return
-            # bm25 order → rank-based base score, as in the reference ranker
-            record(f"fts_{tokenizer}", [(ref_id, 1.0 / (rank + 1)) for rank, (ref_id, _) in enumerate(found)])
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(vector_channels)
-            if keywords.word:
-                group.start_soon(keyword_channel, "word", keywords.word)
-            if keywords.trigram:
-                group.start_soon(keyword_channel, "trigram", keywords.trigram)
-
-        ranked = sorted(candidates.values(), key=lambda c: c.fused(self._settings.rrf_k), reverse=True)
-        stats.candidates = len(ranked)
-        if ranked:
-            top = ranked[0].fused(self._settings.rrf_k)
-            ranked = [
-                c for c in ranked if c.fused(self._settings.rrf_k) >= RELATIVE_FLOOR * top or len(c.channels) >= 2
-            ]
-        rows = await self._db.read(lambda db: repos.traces_by_ids(db, [c.ref_id for c in ranked[: limit * 3]], owner))
-        hits: list[dto.RetrievalHitDTO] = []
-        snippets: list[TraceSnippet] = []
-        seen_summaries: set[str] = set()
-        for cand in ranked:
-            row = rows.get(cand.ref_id)
-            if row is None or row.episode_id == exclude_episode_id or not _visible(row, owner):
-                continue
-            dedupe_key = (row.summary or "").strip().lower()
-            if dedupe_key in seen_summaries:
-                continue  # the same step captured again (e.g. a repeated question) adds nothing
-            seen_summaries.add(dedupe_key)
-            snippet = TraceSnippet(
-                ref_id=row.id,
-                ts=row.ts,
-                summary=row.summary,
-                user_text=row.user_text if row.step_index == 0 else "",
-                agent_text=row.agent_text,
-                tool_lines=[_tool_line(call) for call in (row.tool_calls_json or [])],
-            )
-            snippets.append(snippet)
-            key = OwnerKey.of_row(row)
-            hits.append(
-                dto.RetrievalHitDTO(
-                    tier=2,
-                    ref_id=row.id,
-                    ref_kind="trace",
-                    score=round(cand.fused(self._settings.rrf_k), 4),
-                    snippet=row.summary,
-                    source_trace_id=row.id,
-                    channels=sorted(cand.channels),
-                    owner_agent_kind=key.agent_kind,
-                    owner_profile_id=key.profile_id,
-                    owner_workspace_id=key.workspace_id,
-                    share_scope=row.share_scope,
-                )
-            )
-            if len(hits) >= limit:
-                break
-        stats.returned = len(hits)
-        context = render_block(
-            snippets,
-            header=HEADERS.get(query.reason or "turn_start", HEADERS["turn_start"]),
-            snippet_max_chars=self._settings.snippet_max_chars,
-            total_max_chars=self._settings.total_max_chars,
-        )
-        return hits, context, stats
 
     async def search(self, params: dto.MemorySearchParams, owner: OwnerFilter | None) -> dto.RetrievalResultDTO:
         query = dto.RetrievalQueryDTO(
@@ -224,8 +199,377 @@ class Retriever:
             deadline_at=params.deadline_at,
         )
         deadline = params.deadline_at or (now_ms() + self._settings.default_deadline_ms)
-        top_k = params.top_k.tier2 if params.top_k and params.top_k.tier2 is not None else None
-        return await self.retrieve_safely(query, owner, exclude_episode_id=None, deadline_at=deadline, top_k=top_k)
+        return await self.retrieve_safely(
+            query, owner, exclude_episode_id=None, deadline_at=deadline, top_k=params.top_k
+        )
+
+    # ------------------------------------------------------------ pipeline
+
+    async def _retrieve(
+        self,
+        query: dto.RetrievalQueryDTO,
+        owner: OwnerFilter | None,
+        exclude_episode_id: str | None,
+        top_k: dto.TopKDTO | None,
+        injection: InjectionPlan | None = None,
+    ) -> tuple[list[dto.RetrievalHitDTO], str, dto.RetrievalStatsDTO, dto.TierLatencyDTO]:
+        text = query.query.strip()[:1500]
+        plan = plan_for(query.reason or "turn_start", self._settings, top_k)
+        if injection is not None:
+            plan = Plan(
+                plan.reason, {t: c for t, c in plan.caps.items() if t in injection.tiers}, plan.include_low_value
+            )
+        personal = injection is not None and injection.profile == "personal_fact"
+        allowed = _allowed_channels(query.filters)
+        if personal:  # a personal fact lives in what was said, not in how a tool was used
+            allowed = (allowed or ALL_CHANNELS) - {"vec_action"}
+        stats = dto.RetrievalStatsDTO()
+        collector = _Collector()
+        keywords = keyword_query(text)
+        signatures = extract_error_signatures([text], 6)
+        pool = max(max(plan.caps.values(), default=0) * 4, 20)
+        query_vec = await self._embed_query(text, allowed, stats)
+        tier_ms: dict[int, float] = {}
+
+        kinds = [kind for kind, tier in TIER_OF.items() if tier in plan.caps]
+
+        async def run_kind(kind: str) -> None:
+            started = time.perf_counter()
+            async with anyio.create_task_group() as group:
+                for channel, call in self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed):
+                    group.start_soon(self._run_channel, collector, kind, channel, call, stats)
+            tier = TIER_OF[kind]
+            tier_ms[tier] = max(tier_ms.get(tier, 0.0), (time.perf_counter() - started) * 1000)
+
+        async with anyio.create_task_group() as group:
+            for kind in kinds:
+                group.start_soon(run_kind, kind)
+
+        candidates = await self._hydrate(list(collector.by_key.values()), owner, exclude_episode_id, plan)
+        candidates = self._identifier_gate(candidates, keywords)
+        candidates = await self._roll_up_episodes(candidates)
+        rrf_k = self._settings.rrf_k
+        stats.candidates = len(candidates)
+        ranked = fusion.relative_threshold(candidates, rrf_k, self._settings.min_trace_sim)
+        ranked = fusion.dedupe_repeats(ranked, rrf_k)
+        picked = fusion.mmr_select(ranked, plan.caps, rrf_k)
+        picked.sort(key=lambda c: (c.tier, -c.score(rrf_k)))
+        stats.returned = len(picked)
+        hits = [self._hit(c, rrf_k) for c in picked]
+        context = render_block(
+            self._render_input(picked),
+            reason=plan.reason,
+            options=RenderOptions(
+                snippet_max_chars=self._settings.snippet_max_chars,
+                total_max_chars=self._settings.total_max_chars,
+            ),
+        )
+        latency = dto.TierLatencyDTO(
+            tier1=round(tier_ms.get(1, 0.0), 2),
+            tier2=round(tier_ms.get(2, 0.0), 2),
+            tier3=round(tier_ms.get(3, 0.0), 2),
+        )
+        return hits, context, stats, latency
+
+    async def _embed_query(
+        self, text: str, allowed: frozenset[str] | None, stats: dto.RetrievalStatsDTO
+    ) -> np.ndarray | None:
+        if allowed is not None and not (allowed & fusion.VECTOR_CHANNELS):
+            return None
+        try:
+            return np.asarray((await self._embedder.embed([text], role="query"))[0])
+        except MemosError as exc:
+            stats.degraded.append(f"embedding:{exc.code.value}")  # keyword channels still run
+            return None
+
+    def _channels(
+        self,
+        kind: str,
+        keywords: KeywordQuery,
+        signatures: list[str],
+        query_vec: np.ndarray | None,
+        owner: OwnerFilter | None,
+        pool: int,
+        allowed: frozenset[str] | None,
+    ) -> list[tuple[str, Callable[[], Awaitable[list[tuple[str, float]]]]]]:
+        """The channel coroutines for one kind, each returning ranked (id, score)."""
+        fts_kind: FtsKind = kind  # type: ignore[assignment]
+        min_sim = WORLD_MIN_SIM if kind == "world_model" else self._settings.min_trace_sim
+        keyword_top = self._settings.keyword_top_k
+        channels: list[tuple[str, Callable[[], Awaitable[list[tuple[str, float]]]]]] = []
+
+        def vector(field: str) -> Callable[[], Awaitable[list[tuple[str, float]]]]:
+            async def run() -> list[tuple[str, float]]:
+                assert query_vec is not None
+                found = await self._vectors.search(kind, field, query_vec, pool, owner, min_score=min_sim)
+                if not found:
+                    return []
+                floor = max(min_sim, found[0][1] * 0.45)  # adaptive floor: far below the best is noise
+                return [(i, s) for i, s in found if s >= floor]
+
+            return run
+
+        def read(fn: Callable[[Session], list[tuple[str, float]]]) -> Callable[[], Awaitable[list[tuple[str, float]]]]:
+            async def run() -> list[tuple[str, float]]:
+                return await self._db.read(fn)
+
+            return run
+
+        def fts(tokenizer: Tokenizer, terms: str) -> Callable[[Session], list[tuple[str, float]]]:
+            def run(db: Session) -> list[tuple[str, float]]:
+                found = fts_search(db, fts_kind, terms, owner=owner, tokenizer=tokenizer, limit=keyword_top)
+                return [(ref_id, 1.0 / (rank + 1)) for rank, (ref_id, _) in enumerate(found)]
+
+            return run
+
+        if query_vec is not None:
+            fields = ("vec_summary", "vec_action") if kind == "trace" else ("vec",)
+            channels += [(field, vector(field)) for field in fields]
+        if keywords.word:
+            channels.append(("fts_word", read(fts("word", keywords.word))))
+        if keywords.trigram:
+            channels.append(("fts_trigram", read(fts("trigram", keywords.trigram))))
+        if keywords.pattern:
+            terms = list(keywords.pattern)
+            channels.append(
+                ("pattern", read(lambda db: pattern_search(db, fts_kind, terms, owner=owner, limit=keyword_top)))
+            )
+        if keywords.identifiers:
+            idents = list(keywords.identifiers)
+            channels.append(
+                ("exact", read(lambda db: pattern_search(db, fts_kind, idents, owner=owner, limit=keyword_top)))
+            )
+        if kind == "trace" and signatures:
+            channels.append(
+                (
+                    "structural",
+                    read(
+                        lambda db: [
+                            (i, 0.9) for i, _ in repos.traces_with_signatures(db, signatures, owner, keyword_top)
+                        ]
+                    ),
+                )
+            )
+        if allowed is not None:
+            channels = [(name, call) for name, call in channels if name in allowed]
+        return channels
+
+    @staticmethod
+    async def _run_channel(
+        collector: _Collector,
+        kind: str,
+        channel: str,
+        call: Callable[[], Awaitable[list[tuple[str, float]]]],
+        stats: dto.RetrievalStatsDTO,
+    ) -> None:
+        try:
+            collector.record(kind, channel, await call())
+        except Exception:
+            log.exception("retrieval channel %s/%s failed", kind, channel)
+            stats.degraded.append(f"{kind}:{channel}")
+
+    # ------------------------------------------------------------ hydration and roll-ups
+
+    async def _hydrate(
+        self, candidates: list[Candidate], owner: OwnerFilter | None, exclude_episode_id: str | None, plan: Plan
+    ) -> list[Candidate]:
+        """Load rows, drop what is not eligible, attach payloads, strength signals and vectors."""
+        by_kind: dict[str, list[Candidate]] = {}
+        for cand in candidates:
+            by_kind.setdefault(_storage_kind(cand.kind), []).append(cand)
+        limit = max(max(plan.caps.values(), default=0) * 6, 30)
+        for group in by_kind.values():
+            group.sort(key=lambda c: c.relevance(self._settings.rrf_k), reverse=True)
+            del group[limit:]
+
+        def load(db: Session) -> dict[str, dict[str, Any]]:
+            return {
+                kind: repos.rows_by_ids(db, kind, [c.ref_id for c in group], owner) for kind, group in by_kind.items()
+            }
+
+        rows = await self._db.read(load)
+        now = now_ms()
+        kept: list[Candidate] = []
+        for kind, group in by_kind.items():
+            field = "vec_summary" if kind == "trace" else "vec"
+            stored = self._vectors.vectors_of(kind, field, [c.ref_id for c in group])
+            for cand in group:
+                row = rows[kind].get(cand.ref_id)
+                if row is None or not self._eligible(kind, row, exclude_episode_id, plan):
+                    continue
+                cand.vector = stored.get(cand.ref_id)
+                self._attach(kind, cand, row, now)
+                kept.append(cand)
+        return kept
+
+    @staticmethod
+    def _eligible(kind: str, row: Any, exclude_episode_id: str | None, plan: Plan) -> bool:
+        if kind == "trace":
+            if exclude_episode_id and row.episode_id == exclude_episode_id:
+                return False  # the host still has the current task's steps in its context
+            return bool(plan.include_low_value or row.value >= 0)
+        if kind == "policy":
+            return bool(row.status in ("active", "candidate"))
+        if kind == "skill":
+            return bool(row.status in ("active", "candidate") and row.eta >= MIN_SKILL_ETA)
+        return bool(row.status == "active")
+
+    @staticmethod
+    def _attach(kind: str, cand: Candidate, row: Any, now: int) -> None:
+        if kind == "trace":
+            age_days = max(now - row.ts, 0) / DAY_MS
+            cand.strength = max(row.priority, 0.0) * math.pow(0.5, age_days / PRIORITY_HALF_LIFE_DAYS)
+            cand.dedupe_key = fusion.normalise_text(row.summary or "")
+            cand.episode_id = row.episode_id
+            cand.payload = TraceSnippet(
+                ref_id=row.id,
+                ts=row.ts,
+                summary=row.summary,
+                user_text=row.user_text if row.step_index == 0 else "",
+                agent_text=row.agent_text,
+                tool_lines=[_tool_line(call) for call in (row.tool_calls_json or [])],
+            )
+        elif kind == "policy":
+            guidance = row.decision_guidance_json or {}
+            cand.strength = max(row.salience, row.confidence, row.gain, 0.0)
+            cand.dedupe_key = fusion.normalise_text(row.title)
+            cand.payload = ExperienceSnippet(
+                ref_id=row.id,
+                experience_type=row.experience_type,
+                title=row.title,
+                trigger=row.trigger,
+                procedure=row.procedure,
+                verification=row.verification,
+                boundary=row.boundary,
+                preference=list(guidance.get("preference", [])),
+                anti_pattern=list(guidance.get("antiPattern", [])),
+                updated_at=row.updated_at,
+            )
+        elif kind == "skill":
+            guidance = (row.procedure_json or {}).get("decisionGuidance", {}) or {}
+            cand.strength = row.eta
+            cand.dedupe_key = fusion.normalise_text(row.name)
+            cand.payload = SkillSnippet(
+                ref_id=row.id,
+                name=row.name,
+                guide=row.invocation_guide,
+                eta=row.eta,
+                source_policy_ids=list(row.source_policies_json or []),
+                preference=list(guidance.get("preference", [])),
+                anti_pattern=list(guidance.get("antiPattern", [])),
+                updated_at=row.updated_at,
+            )
+        else:
+            cand.strength = row.confidence
+            cand.dedupe_key = fusion.normalise_text(row.title)
+            cand.payload = WorldSnippet(ref_id=row.id, title=row.title, body=row.body)
+
+    def _identifier_gate(self, candidates: list[Candidate], keywords: KeywordQuery) -> list[Candidate]:
+        """A query naming a long identifier wants memories that contain it, when any do."""
+        if not any(len(i) >= LONG_IDENTIFIER for i in keywords.identifiers):
+            return candidates
+        if not any("exact" in c.channels for c in candidates if c.kind in ("trace", "experience")):
+            return candidates
+        return [c for c in candidates if c.kind in ("skill", "world_model") or "exact" in c.channels]
+
+    async def _roll_up_episodes(self, candidates: list[Candidate]) -> list[Candidate]:
+        """Several matching steps of one past task become one "similar past task" with its step list."""
+        by_episode: dict[str, list[Candidate]] = {}
+        for cand in candidates:
+            if cand.kind == "trace" and cand.episode_id:
+                by_episode.setdefault(cand.episode_id, []).append(cand)
+        ready = {
+            episode: members
+            for episode, members in by_episode.items()
+            if len(members) >= 2 and max(_best_vector(m) for m in members) >= EPISODE_GOAL_MIN_SIM
+        }
+        if not ready:
+            return candidates
+        steps = await self._db.read(lambda db: repos.episode_steps(db, list(ready)))
+        out = [c for c in candidates if not (c.kind == "trace" and c.episode_id in ready)]
+        for episode, members in ready.items():
+            trace_rows = steps.get(episode, [])
+            if not trace_rows:
+                out.extend(members)
+                continue
+            rollup = Candidate(kind="episode", ref_id=episode, tier=2, episode_id=episode)
+            for member in members:
+                for channel, (rank, score) in member.channels.items():
+                    rollup.add(channel, rank, score)
+            best = max(members, key=lambda m: m.relevance(self._settings.rrf_k))
+            rollup.strength = max(m.strength for m in members)
+            rollup.vector = best.vector
+            rollup.payload = EpisodeSnippet(
+                ref_id=episode,
+                ts=trace_rows[0].ts,
+                task=trace_rows[0].user_text or trace_rows[0].summary,
+                steps=_step_list(trace_rows),
+            )
+            out.append(rollup)
+        return out
+
+    # ------------------------------------------------------------ output
+
+    def _hit(self, cand: Candidate, rrf_k: int) -> dto.RetrievalHitDTO:
+        payload = cand.payload
+        snippet = ""
+        if isinstance(payload, TraceSnippet):
+            snippet = payload.summary
+        elif isinstance(payload, EpisodeSnippet):
+            snippet = clip(payload.task, 200)
+        elif isinstance(payload, ExperienceSnippet):
+            snippet = payload.title
+        elif isinstance(payload, SkillSnippet):
+            snippet = payload.name
+        elif isinstance(payload, WorldSnippet):
+            snippet = payload.title
+        return dto.RetrievalHitDTO(
+            tier=cand.tier,
+            ref_id=cand.ref_id,
+            ref_kind=REF_KIND[cand.kind],
+            score=round(cand.score(rrf_k), 4),
+            snippet=snippet,
+            source_trace_id=cand.ref_id if cand.kind == "trace" else None,
+            channels=sorted(cand.channels),
+        )
+
+    @staticmethod
+    def _render_input(picked: list[Candidate]) -> RenderInput:
+        data = RenderInput()
+        for cand in picked:
+            payload = cand.payload
+            if isinstance(payload, SkillSnippet):
+                data.skills.append(payload)
+            elif isinstance(payload, EpisodeSnippet):
+                data.episodes.append(payload)
+            elif isinstance(payload, TraceSnippet):
+                data.traces.append(payload)
+            elif isinstance(payload, ExperienceSnippet):
+                data.experiences.append(payload)
+            elif isinstance(payload, WorldSnippet):
+                data.worlds.append(payload)
+        return data
+
+
+def _storage_kind(kind: CandidateKind) -> str:
+    return {"experience": "policy"}.get(kind, kind)
+
+
+def _best_vector(cand: Candidate) -> float:
+    return max((score for ch, (_, score) in cand.channels.items() if ch in fusion.VECTOR_CHANNELS), default=0.0)
+
+
+def _step_list(rows: list[Any], limit_chars: int = 800) -> list[str]:
+    out: list[str] = []
+    used = 0
+    for row in rows:
+        line = clip(row.summary or row.agent_text or row.user_text, 160)
+        if used + len(line) > limit_chars:
+            out.append("…")
+            break
+        out.append(line)
+        used += len(line)
+    return out
 
 
 def _tool_line(call: dict[str, object]) -> str:

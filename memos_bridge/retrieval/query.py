@@ -29,10 +29,43 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-
 _IDENTIFIER = re.compile(r"[_./\\:#@$-]|\d|[a-z][A-Z]")
 
 
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+")
+_PATH = re.compile(r"(?:[A-Za-z]:)?[\w.\-]*[/\\][\w.\-/\\]+")
+_HASH = re.compile(r"\b[0-9a-f]{7,40}\b")
+_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_[A-Z0-9_]+|E[A-Z]{3,}|E\d{3,5}|TS\d{4,5}|[A-Z][a-zA-Z]+(?:Error|Exception))\b")
+_DOTTED = re.compile(r"\b[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+\b")
+_SNAKE_CAMEL = re.compile(r"\b(?:[a-z0-9]+_[a-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]+)\b")
+
+
 @dataclass(frozen=True)
 class KeywordQuery:
     word: str  # text for the word (porter) index
     trigram: str  # text for the trigram index ("" = skip the channel)
+    pattern: tuple[str, ...] = ()  # 2-character tokens and CJK bigrams (LIKE channel)
+    identifiers: tuple[str, ...] = ()  # paths, hashes, error codes, dotted/snake/camel names (exact channel)
+
+
+def identifiers_in(text: str) -> list[str]:
+    """Literal identifiers worth an exact match: paths, hashes, error codes, dotted and snake/camel names."""
+    found: list[str] = []
+    for pattern in (_PATH, _HASH, _CODE, _DOTTED, _SNAKE_CAMEL):
+        for match in pattern.finditer(text):
+            token = match.group(0).strip(".,;:()[]{}'\"")
+            if len(token) >= 4 and token not in found and not any(token in f for f in found):
+                found.append(token)
+    return found[:8]
+
+
+def pattern_terms(text: str, terms: list[str]) -> list[str]:
+    """What the trigram index cannot find: 2-character words and CJK bigrams (of runs of 2+ characters)."""
+    out: list[str] = []
+    for term in terms:
+        if len(term) == 2 and term.isalnum() and term.casefold() not in STOPWORDS and not _CJK.search(term):
+            out.append(term)
+    for run in _CJK_RUN.findall(text):
+        if len(run) >= 2:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return list(dict.fromkeys(t for t in out if t not in STOPWORDS))[:12]
 
 
 def keyword_query(text: str) -> KeywordQuery:
@@ -41,4 +74,9 @@ def keyword_query(text: str) -> KeywordQuery:
     if not content:
         content = terms
     trigram = [t for t in content if _CJK.search(t) or _IDENTIFIER.search(t)]
-    return KeywordQuery(word=" ".join(content), trigram=" ".join(trigram))
+    return KeywordQuery(
+        word=" ".join(content),
+        trigram=" ".join(trigram),
+        pattern=tuple(pattern_terms(text, content)),
+        identifiers=tuple(identifiers_in(text)),
+    )

@@ -1,8 +1,17 @@
 """Render recalled memories as the one block the host injects into the agent's turn.
 
 Recalled memory is untrusted data (it may quote tool output or web pages), so the block says so, and any
-marker inside the content that could close or re-open the block early is escaped. Budgets are characters;
-`approx_tokens` gives the usual chars/4 estimate for hosts that budget in tokens.
+marker inside the content that could close or re-open the block early is escaped. Sections come in a
+stable order: candidate skills, similar past tasks, relevant traces, experiences, environment knowledge,
+decision guidance. Experiences are rendered by their type: a failure to avoid is never phrased as "what
+worked", and a repair instruction that no success has confirmed yet says so.
+
+Provenance de-duplication happens here too: an experience that a recalled skill was built from is
+dropped (the skill already carries it), unless the experience changed after the skill was built, in
+which case only its guidance is shown, as an update to that skill.
+
+Budgets are characters per snippet and in total; `approx_tokens` gives the usual chars/4 estimate for
+hosts that budget in tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +30,13 @@ NOTICE = (
 )
 _MARKER = re.compile(r"<\s*/?\s*relevant-memories\s*>", re.IGNORECASE)
 
+HEADERS = {
+    "turn_start": "Relevant memories from earlier work",
+    "tool_driven": "Memory search results",
+    "skill_invoke": "Invoked skill",
+    "decision_repair": "Decision repair: read before your next action",
+}
+
 
 def escape_markers(text: str) -> str:
     """Neutralise nested block markers so recalled text cannot break out of the block."""
@@ -35,6 +51,9 @@ def format_ts(ts_ms: int) -> str:
     return datetime.fromtimestamp(ts_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+# ---------------------------------------------------------------- section items
+
+
 @dataclass
 class TraceSnippet:
     ref_id: str
@@ -45,7 +64,131 @@ class TraceSnippet:
     tool_lines: list[str] = field(default_factory=list)
 
 
-def _trace_body(snippet: TraceSnippet, limit: int) -> str:
+@dataclass
+class EpisodeSnippet:
+    ref_id: str
+    ts: int
+    task: str
+    steps: list[str]
+
+
+@dataclass
+class ExperienceSnippet:
+    ref_id: str
+    experience_type: str
+    title: str
+    trigger: str
+    procedure: str
+    verification: str
+    boundary: str
+    preference: list[str] = field(default_factory=list)
+    anti_pattern: list[str] = field(default_factory=list)
+    updated_at: int = 0
+
+
+@dataclass
+class SkillSnippet:
+    ref_id: str
+    name: str
+    guide: str
+    eta: float
+    source_policy_ids: list[str] = field(default_factory=list)
+    preference: list[str] = field(default_factory=list)
+    anti_pattern: list[str] = field(default_factory=list)
+    updated_at: int = 0
+
+
+@dataclass
+class WorldSnippet:
+    ref_id: str
+    title: str
+    body: str
+
+
+@dataclass
+class RenderInput:
+    skills: list[SkillSnippet] = field(default_factory=list)
+    episodes: list[EpisodeSnippet] = field(default_factory=list)
+    traces: list[TraceSnippet] = field(default_factory=list)
+    experiences: list[ExperienceSnippet] = field(default_factory=list)
+    worlds: list[WorldSnippet] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.skills or self.episodes or self.traces or self.experiences or self.worlds)
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    snippet_max_chars: int = 640
+    total_max_chars: int = 6000
+    skill_mode: str = "summary"  # summary | full
+    skill_summary_chars: int = 200
+
+
+# ---------------------------------------------------------------- provenance
+
+
+def apply_provenance(data: RenderInput) -> tuple[list[ExperienceSnippet], list[ExperienceSnippet]]:
+    """Split experiences into (shown in full, shown as guidance-only updates of a recalled skill).
+
+    An experience a recalled skill was built from is dropped when it has not changed since the skill,
+    and reduced to its guidance when it changed later (newer feedback not yet rebuilt into the skill).
+    """
+    built_from: dict[str, int] = {}
+    for skill in data.skills:
+        for policy_id in skill.source_policy_ids:
+            built_from[policy_id] = max(built_from.get(policy_id, 0), skill.updated_at)
+    full: list[ExperienceSnippet] = []
+    updates: list[ExperienceSnippet] = []
+    for exp in data.experiences:
+        if exp.ref_id not in built_from:
+            full.append(exp)
+        elif exp.updated_at > built_from[exp.ref_id]:
+            updates.append(exp)
+    return full, updates
+
+
+# ---------------------------------------------------------------- bodies
+
+_TYPE_LABELS = {
+    "success_pattern": "what worked",
+    "repair_validated": "repair confirmed by a later success",
+    "procedural": "procedure",
+    "failure_avoidance": "failure to avoid",
+    "repair_instruction": "correction (not yet confirmed by a success)",
+    "preference": "user preference",
+    "verifier_feedback": "verifier feedback",
+}
+
+
+def _lines(label: str, values: list[str] | str) -> list[str]:
+    items = [values] if isinstance(values, str) else values
+    return [f"{label} {clip(v, 300)}" for v in items if v and v.strip()]
+
+
+def experience_body(exp: ExperienceSnippet) -> str:
+    """Do/Avoid/Check/Scope by experience type; failure avoidance never reads as a recipe that worked."""
+    kind = exp.experience_type
+    lines = _lines("Trigger:", exp.trigger)
+    if kind == "failure_avoidance":
+        lines += _lines("Avoid:", [exp.procedure, *exp.anti_pattern])
+        lines += _lines("Instead:", exp.preference)
+    elif kind == "preference":
+        lines += _lines("Prefer:", [exp.procedure, *exp.preference])
+        lines += _lines("Avoid:", exp.anti_pattern)
+    elif kind in ("repair_instruction", "verifier_feedback"):
+        lines += _lines("Fix:", exp.procedure)
+        lines += _lines("Avoid:", exp.anti_pattern)
+        lines += _lines("Prefer:", exp.preference)
+    else:
+        lines += _lines("Do:", exp.procedure)
+        lines += _lines("Avoid:", exp.anti_pattern)
+    lines += _lines("Check:", exp.verification)
+    lines += _lines("Scope:", exp.boundary)
+    return "\n".join(lines)
+
+
+def _trace_body(snippet: TraceSnippet) -> str:
     lines = [clip(snippet.summary, 200)]
     if snippet.user_text:
         lines.append(f"[user] {clip(snippet.user_text, 240)}")
@@ -53,29 +196,164 @@ def _trace_body(snippet: TraceSnippet, limit: int) -> str:
         lines.append(f"[tool] {clip(tool_line, 200)}")
     if snippet.agent_text:
         lines.append(f"[assistant] {clip(snippet.agent_text, 280)}")
-    body = "\n".join(lines)
-    return body if len(body) <= limit else clip(body, limit)
+    return "\n".join(lines)
 
 
-def render_block(traces: list[TraceSnippet], *, header: str, snippet_max_chars: int, total_max_chars: int) -> str:
+def _skill_body(skill: SkillSnippet, options: RenderOptions) -> str:
+    if options.skill_mode == "full":
+        return skill.guide
+    first_paragraph = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), skill.guide)
+    return f'{clip(first_paragraph, options.skill_summary_chars)}\nFull skill: memos_skill_get(id="{skill.ref_id}")'
+
+
+def _entry(number: int, head: str, body: str, limit: int) -> str:
+    body = escape_markers(body if len(body) <= limit else clamp_lines(body, limit))
+    indented = "\n".join("   " + line for line in body.splitlines() if line.strip())
+    return f"{number}. {escape_markers(head)}\n{indented}" if indented else f"{number}. {escape_markers(head)}"
+
+
+def clamp_lines(text: str, limit: int) -> str:
+    """Cut at a line boundary under `limit`, marking the cut."""
+    out: list[str] = []
+    used = 0
+    for line in text.splitlines():
+        if used + len(line) + 1 > limit - 2:
+            out.append(clip(line, max(limit - used - 2, 10)))
+            break
+        out.append(line)
+        used += len(line) + 1
+    return "\n".join(out) + " …"
+
+
+def _guidance(data: RenderInput, shown: list[ExperienceSnippet]) -> tuple[list[str], list[str]]:
+    """Prefer/Avoid lines from recalled skills first (they win), then experiences; no repeats."""
+    prefer: list[str] = []
+    avoid: list[str] = []
+    sources: list[SkillSnippet | ExperienceSnippet] = [*data.skills, *shown]
+    for source in sources:
+        for line in source.preference:
+            if line and line not in prefer:
+                prefer.append(line)
+        for line in source.anti_pattern:
+            if line and line not in avoid:
+                avoid.append(line)
+    return prefer[:5], avoid[:5]
+
+
+# ---------------------------------------------------------------- the block
+
+
+def render_block(data: RenderInput, *, reason: str = "turn_start", options: RenderOptions | None = None) -> str:
     """The injected context; empty string when there is nothing worth injecting."""
-    if not traces:
+    options = options or RenderOptions()
+    if data.empty():
         return ""
-    parts = [OPEN_TAG, NOTICE, f"# {header}", "", "## Relevant trace memories"]
-    closing = [
+    full, updates = apply_provenance(data)
+    limit = options.snippet_max_chars
+    sections: list[tuple[str, list[str]]] = []
+    if data.skills:
+        sections.append(
+            (
+                "Candidate skills",
+                [
+                    _entry(i, f"{s.name} (reliability {s.eta:.2f}, id={s.ref_id})", _skill_body(s, options), limit * 2)
+                    for i, s in enumerate(data.skills, 1)
+                ],
+            )
+        )
+    if data.episodes:
+        sections.append(
+            (
+                "Similar past tasks",
+                [
+                    _entry(
+                        i,
+                        f"[{format_ts(e.ts)}] {clip(e.task, 160)} (id={e.ref_id})",
+                        "\n".join(f"- {clip(step, 160)}" for step in e.steps)
+                        + f'\nTimeline: memos_timeline(episodeId="{e.ref_id}")',
+                        limit,
+                    )
+                    for i, e in enumerate(data.episodes, 1)
+                ],
+            )
+        )
+    if data.traces:
+        sections.append(
+            (
+                "Relevant trace memories",
+                [
+                    _entry(i, f"[{format_ts(t.ts)}] id={t.ref_id}", _trace_body(t), limit)
+                    for i, t in enumerate(data.traces, 1)
+                ],
+            )
+        )
+    exp_entries = [
+        _entry(
+            i,
+            f"[{_TYPE_LABELS.get(e.experience_type, e.experience_type)}] {clip(e.title, 120)} (id={e.ref_id})",
+            experience_body(e),
+            limit,
+        )
+        for i, e in enumerate(full, 1)
+    ]
+    exp_entries += [
+        _entry(
+            len(full) + i,
+            f"[update to a recalled skill] {clip(e.title, 120)} (id={e.ref_id})",
+            "\n".join(
+                _lines("Avoid:", e.anti_pattern) + _lines("Prefer:", e.preference) + _lines("Check:", e.verification)
+            )
+            or experience_body(e),
+            limit,
+        )
+        for i, e in enumerate(updates, 1)
+    ]
+    if exp_entries:
+        sections.append(("Experiences", exp_entries))
+    if data.worlds:
+        sections.append(
+            (
+                "Environment knowledge",
+                [
+                    _entry(i, f"{clip(w.title, 120)} (id={w.ref_id})", w.body, limit)
+                    for i, w in enumerate(data.worlds, 1)
+                ],
+            )
+        )
+    prefer, avoid = _guidance(data, full + updates)
+    if prefer or avoid:
+        body = [f"{n}. Prefer: {clip(p, 240)}" for n, p in enumerate(prefer, 1)]
+        body += [f"{n}. Avoid: {clip(a, 240)}" for n, a in enumerate(avoid, len(prefer) + 1)]
+        sections.append(("Decision guidance", [escape_markers(line) for line in body]))
+    return _assemble(sections, reason, options.total_max_chars)
+
+
+def _assemble(sections: list[tuple[str, list[str]]], reason: str, total_max_chars: int) -> str:
+    head = [OPEN_TAG, NOTICE, f"# {HEADERS.get(reason, HEADERS['turn_start'])}"]
+    tail = [
         "",
-        'Follow-up: memos_get(id=..., kind="trace") shows a memory in full; memos_search(query=...) finds more.',
+        "Follow-up tools: memos_get(id=..., kind=...) shows a memory in full; memos_search(query=...) finds more.",
         CLOSE_TAG,
     ]
-    used = sum(len(p) + 1 for p in parts + closing)
-    for number, snippet in enumerate(traces, start=1):
-        body = escape_markers(_trace_body(snippet, snippet_max_chars))
-        indented = "\n".join("   " + line for line in body.splitlines())
-        entry = f"{number}. [{format_ts(snippet.ts)}] id={snippet.ref_id}\n{indented}"
-        if used + len(entry) + 1 > total_max_chars:
+    used = sum(len(p) + 1 for p in head + tail)
+    out = list(head)
+    entries = 0
+    for title, items in sections:
+        header = f"\n## {title}"
+        if used + len(header) + 1 > total_max_chars:
             break
-        parts.append(entry)
-        used += len(entry) + 1
-    if len(parts) == 5:
+        section_lines: list[str] = []
+        section_used = len(header) + 1
+        for item in items:
+            if used + section_used + len(item) + 1 > total_max_chars:
+                break
+            section_lines.append(item)
+            section_used += len(item) + 1
+        if section_lines:
+            out.append(header)
+            out.extend(section_lines)
+            used += section_used
+            entries += len(section_lines)
+    if entries == 0:
         return ""
-    return "\n".join(parts + closing)
+    return "\n".join(out + tail)

@@ -9,10 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select, true, update
+from sqlalchemy import ColumnElement, String, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from memos_bridge.storage.models import ApiLogRow, EmbeddingRetryRow, EpisodeRow, SessionRow, TraceRow, TurnRow
+from memos_bridge.storage.models import (
+    ApiLogRow,
+    EmbeddingRetryRow,
+    EpisodeRow,
+    PolicyRow,
+    SessionRow,
+    SkillRow,
+    TraceRow,
+    TurnRow,
+    WorldModelRow,
+)
 from memos_bridge.storage.owner import SHARED_SCOPES, OwnerFilter, OwnerKey
 
 
@@ -166,23 +176,34 @@ def episode_status(db: Session, episode_ids: Iterable[str]) -> dict[str, tuple[s
     return {i: (status, r_task) for i, status, r_task in db.execute(stmt)}
 
 
-def iter_trace_vectors(db: Session, field: str, batch: int = 5000) -> Iterator[tuple[str, bytes, OwnerKey]]:
-    """(id, vector blob, owner key) of every live trace with that vector, streamed in batches."""
-    column = getattr(TraceRow, field)
-    stmt = (
-        select(
-            TraceRow.id,
-            column,
-            TraceRow.owner_agent_kind,
-            TraceRow.owner_profile_id,
-            TraceRow.owner_workspace_id,
-            TraceRow.share_scope,
-        )
-        .where(column.is_not(None), TraceRow.archived_at.is_(None))
-        .execution_options(yield_per=batch)
-    )
-    for trace_id, blob, kind, profile, workspace, scope in db.execute(stmt):
-        yield trace_id, blob, OwnerKey(kind, profile, workspace, scope in SHARED_SCOPES)
+SEARCHABLE_MODELS: dict[str, Any] = {
+    "trace": TraceRow,
+    "policy": PolicyRow,
+    "skill": SkillRow,
+    "world_model": WorldModelRow,
+}
+
+
+def iter_vectors(db: Session, kind: str, field: str, batch: int = 5000) -> Iterator[tuple[str, bytes, OwnerKey]]:
+    """(id, vector blob, owner key) of every live row of `kind` with that vector, streamed in batches.
+
+    Archived rows (archived_at set, or status 'archived' where the kind has a status) are left out: they
+    are restorable but never recalled.
+    """
+    model = SEARCHABLE_MODELS[kind]
+    column = getattr(model, field)
+    stmt = select(
+        model.id,
+        column,
+        model.owner_agent_kind,
+        model.owner_profile_id,
+        model.owner_workspace_id,
+        model.share_scope,
+    ).where(column.is_not(None), model.archived_at.is_(None))
+    if hasattr(model, "status"):
+        stmt = stmt.where(model.status != "archived")
+    for row_id, blob, agent_kind, profile, workspace, scope in db.execute(stmt.execution_options(yield_per=batch)):
+        yield row_id, blob, OwnerKey(agent_kind, profile, workspace, scope in SHARED_SCOPES)
 
 
 def set_trace_vectors(db: Session, trace_id: str, values: dict[str, bytes]) -> None:
@@ -229,3 +250,52 @@ def due_embedding_retries(db: Session, now: int, limit: int) -> list[EmbeddingRe
 def pending_embedding_retries(db: Session) -> int:
     stmt = select(func.count()).select_from(EmbeddingRetryRow).where(EmbeddingRetryRow.status == "pending")
     return int(db.scalar(stmt) or 0)
+
+
+# ---------------------------------------------------------------- retrieval helpers
+
+
+def rows_by_ids(db: Session, kind: str, ids: Sequence[str], owner: OwnerFilter | None) -> dict[str, Any]:
+    """Visible, live rows of `kind` by id (archived rows are never recalled)."""
+    if not ids:
+        return {}
+    model = SEARCHABLE_MODELS[kind]
+    stmt = select(model).where(model.id.in_(list(ids)), visible(owner, model), model.archived_at.is_(None))
+    if hasattr(model, "status"):
+        stmt = stmt.where(model.status != "archived")
+    return {row.id: row for row in db.scalars(stmt)}
+
+
+def traces_with_signatures(
+    db: Session, signatures: Sequence[str], owner: OwnerFilter | None, limit: int
+) -> list[tuple[str, float]]:
+    """Traces whose stored error signatures include one of `signatures`: (id, share matched), newest first."""
+    if not signatures:
+        return []
+    hits: dict[str, int] = {}
+    for signature in signatures:
+        needle = '%"' + signature.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + '"%'
+        stmt = (
+            select(TraceRow.id)
+            .where(
+                TraceRow.error_signatures_json.cast(String).like(needle, escape="\\"),
+                visible(owner, TraceRow),
+                TraceRow.archived_at.is_(None),
+            )
+            .order_by(TraceRow.ts.desc())
+            .limit(limit)
+        )
+        for (trace_id,) in db.execute(stmt):
+            hits[trace_id] = hits.get(trace_id, 0) + 1
+    ranked = sorted(hits.items(), key=lambda item: item[1], reverse=True)[:limit]
+    return [(trace_id, count / len(signatures)) for trace_id, count in ranked]
+
+
+def episode_steps(db: Session, episode_ids: Sequence[str]) -> dict[str, list[TraceRow]]:
+    """The traces of each episode in episode order (for "similar past tasks" roll-ups)."""
+    out: dict[str, list[TraceRow]] = {}
+    for episode in db.scalars(select(EpisodeRow).where(EpisodeRow.id.in_(list(episode_ids)))):
+        order = list(episode.trace_ids_json or [])[:40]
+        rows = {r.id: r for r in db.scalars(select(TraceRow).where(TraceRow.id.in_(order)))}
+        out[episode.id] = [rows[i] for i in order if i in rows]
+    return out

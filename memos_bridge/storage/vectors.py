@@ -105,6 +105,13 @@ class VectorIndex:
             self._ensure_loaded()
             return item in self._pos
 
+    def get(self, item_id: str) -> FloatArray | None:
+        """A copy of the stored (normalised) vector of `item_id`, or None."""
+        with self._lock:
+            self._ensure_loaded()
+            at = self._pos.get(item_id)
+            return None if at is None else self._matrix[at].copy()
+
     def _group(self, owner: OwnerKey) -> int:
         key = owner.namespace
         gid = self._group_ids.get(key)

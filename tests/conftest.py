@@ -1,4 +1,4 @@
-"""In-process core fixtures: a real database and the real embedding model (loaded once per session)."""
+"""Shared fixtures. In-process core: a real database and the real embedding model (loaded once per session)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,353 @@
+"""The tiered engine end to end in-process: tiers, channels, rendering by type, provenance, namespaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memos_bridge.contract import dto
+from memos_bridge.core.facade import MemoryCore
+from memos_bridge.ids import new_id
+from memos_bridge.storage.models import PolicyRow, SkillRow, WorldModelRow
+from memos_bridge.storage.vectors import to_blob
+
+pytestmark = pytest.mark.anyio
+
+OWNER = {"owner_agent_kind": "t", "owner_profile_id": "default", "owner_workspace_id": None}
+
+
+async def _vec(core: MemoryCore, text: str) -> bytes:
+    return to_blob(np.asarray((await core.embedder.embed([text]))[0]))
+
+
+async def add_policy(
+    core: MemoryCore,
+    title: str,
+    *,
+    kind: str = "success_pattern",
+    trigger: str = "",
+    procedure: str = "",
+    verification: str = "",
+    boundary: str = "",
+    avoid: list[str] | None = None,
+    prefer: list[str] | None = None,
+    updated_at: int = 1000,
+    owner: dict[str, Any] | None = None,
+    status: str = "active",
+) -> str:
+    policy_id = new_id("policy")
+    vec = await _vec(core, f"{title}\n{trigger}\n{procedure}")
+    row = PolicyRow(
+        id=policy_id,
+        title=title,
+        trigger=trigger,
+        procedure=procedure,
+        verification=verification,
+        boundary=boundary,
+        status=status,
+        experience_type=kind,
+        salience=0.8,
+        confidence=0.8,
+        gain=0.5,
+        decision_guidance_json={"preference": prefer or [], "antiPattern": avoid or []},
+        vec=vec,
+        created_at=updated_at,
+        updated_at=updated_at,
+        **(owner or OWNER),
+    )
+    await core.db.write(lambda db: db.add(row))
+    core.vectors.upsert("policy", row)
+    return policy_id
+
+
+async def add_skill(
+    core: MemoryCore,
+    name: str,
+    guide: str,
+    *,
+    eta: float = 0.6,
+    sources: list[str] | None = None,
+    updated_at: int = 2000,
+) -> str:
+    skill_id = new_id("skill")
+    row = SkillRow(
+        id=skill_id,
+        name=name,
+        status="active",
+        invocation_guide=guide,
+        eta=eta,
+        source_policies_json=sources or [],
+        vec=await _vec(core, f"{name}\n{guide}"),
+        procedure_json={"decisionGuidance": {"preference": ["validate the XML namespace first"], "antiPattern": []}},
+        created_at=updated_at,
+        updated_at=updated_at,
+        **OWNER,
+    )
+    await core.db.write(lambda db: db.add(row))
+    core.vectors.upsert("skill", row)
+    return skill_id
+
+
+async def add_world(core: MemoryCore, title: str, body: str) -> str:
+    world_id = new_id("world_model")
+    row = WorldModelRow(
+        id=world_id,
+        title=title,
+        body=body,
+        status="active",
+        vec=await _vec(core, f"{title}\n{body}"),
+        created_at=1,
+        updated_at=1,
+        **OWNER,
+    )
+    await core.db.write(lambda db: db.add(row))
+    core.vectors.upsert("world_model", row)
+    return world_id
+
+
+async def start(core: MemoryCore, text: str, session: str = "se_q", **extra: Any) -> dto.RetrievalResultDTO:
+    return await core.turn_start(
+        dto.TurnInputDTO.model_validate({"agent": "t", "sessionId": session, "userText": text, "ts": 10**9, **extra})
+    )
+
+
+async def capture(
+    core: MemoryCore, session: str, text: str, reply: str, tools: list[dict[str, Any]] | None = None, ts: int = 1
+) -> dto.TurnEndResult:
+    r = await core.turn_start(dto.TurnInputDTO(agent="t", session_id=session, user_text=text, ts=ts))
+    return await core.turn_end(
+        dto.TurnResultDTO.model_validate(
+            {
+                "agent": "t",
+                "sessionId": session,
+                "episodeId": r.query.episode_id,
+                "ts": ts + 1,
+                "agentText": reply,
+                "toolCalls": tools or [],
+            }
+        )
+    )
+
+
+async def test_all_tiers_recall_and_render_in_stable_order(core_factory: Any) -> None:
+    core = await core_factory()
+    await capture(core, "se_old", "parse the SEC 13F infoTable holdings", "Parsed 312 infoTable rows with lxml.")
+    await add_policy(
+        core,
+        "Parse 13F infoTable rows with the XML namespace",
+        trigger="SEC 13F infoTable parsing",
+        procedure="pass the informationtable namespace to every find()",
+        verification="row count > 0",
+    )
+    await add_skill(core, "parse_13f_infotable", "Parse SEC 13F infoTable XML into holdings rows.\n\nSteps: ...")
+    await add_world(core, "SEC 13F filings", "13F infoTable XML uses a default namespace; values are in thousands.")
+    result = await start(core, "how should I parse the SEC 13F infoTable holdings XML?")
+    kinds = [h.ref_kind for h in result.hits]
+    assert {"skill", "trace", "experience", "world-model"} <= set(kinds)
+    assert [h.tier for h in result.hits] == sorted(h.tier for h in result.hits)
+    block = result.injected_context
+    order = [
+        block.index(s)
+        for s in ("## Candidate skills", "## Relevant trace memories", "## Experiences", "## Environment knowledge")
+    ]
+    assert order == sorted(order)
+    assert 'memos_skill_get(id="sk_' in block
+    assert "Do: pass the informationtable namespace" in block and "Check: row count > 0" in block
+    assert result.stats is not None and result.stats.scenario in ("task", "unknown_safe")
+
+
+async def test_failure_avoidance_is_never_phrased_as_what_worked(core_factory: Any) -> None:
+    core = await core_factory()
+    await add_policy(
+        core,
+        "Avoid summing 13F values without scaling",
+        kind="failure_avoidance",
+        trigger="aggregating 13F holdings value",
+        procedure="summing the raw value column as dollars",
+        avoid=["reporting thousands as dollars"],
+        prefer=["multiply value by 1000"],
+    )
+    block = (await start(core, "aggregate the 13F holdings value column")).injected_context
+    assert "[failure to avoid]" in block
+    assert "Avoid: summing the raw value column as dollars" in block
+    assert "Instead: multiply value by 1000" in block
+    assert "Do:" not in block and "what worked" not in block
+
+
+async def test_repair_instruction_and_preference_render_by_type(core_factory: Any) -> None:
+    core = await core_factory()
+    await add_policy(
+        core,
+        "Use CUSIP not issuer name as the key",
+        kind="repair_instruction",
+        trigger="joining 13F holdings across quarters",
+        procedure="join on cusip",
+    )
+    await add_policy(
+        core,
+        "User prefers tables in markdown",
+        kind="preference",
+        trigger="reporting 13F holdings",
+        procedure="render results as a markdown table",
+    )
+    block = (await start(core, "join 13F holdings across quarters and report them")).injected_context
+    assert "[correction (not yet confirmed by a success)]" in block and "Fix: join on cusip" in block
+    assert "[user preference]" in block and "Prefer: render results as a markdown table" in block
+
+
+async def test_provenance_drops_experiences_a_recalled_skill_was_built_from(core_factory: Any) -> None:
+    core = await core_factory()
+    old = await add_policy(
+        core,
+        "Parse 13F infoTable with namespace",
+        trigger="13F infoTable parsing",
+        procedure="pass the namespace to find()",
+        updated_at=1000,
+    )
+    await add_skill(
+        core, "parse_13f_infotable", "Parse SEC 13F infoTable XML with its namespace.", sources=[old], updated_at=2000
+    )
+    result = await start(core, "parse the 13F infoTable XML")
+    assert old in [h.ref_id for h in result.hits]  # recalled ...
+    assert "pass the namespace to find()" not in result.injected_context  # ... but not repeated
+
+    core2 = await core_factory()
+    newer = await add_policy(
+        core2,
+        "Parse 13F infoTable with namespace",
+        trigger="13F infoTable parsing",
+        procedure="pass the namespace to find()",
+        avoid=["assuming shares are integers"],
+        updated_at=3000,
+    )
+    await add_skill(
+        core2,
+        "parse_13f_infotable",
+        "Parse SEC 13F infoTable XML with its namespace.",
+        sources=[newer],
+        updated_at=2000,
+    )
+    block = (await start(core2, "parse the 13F infoTable XML")).injected_context
+    assert "[update to a recalled skill]" in block and "Avoid: assuming shares are integers" in block
+    assert "Do: pass the namespace to find()" not in block
+
+
+async def test_low_reliability_skills_and_archived_rows_are_not_recalled(core_factory: Any) -> None:
+    core = await core_factory()
+    await add_skill(core, "flaky_deploy", "Deploy the kubernetes cluster with helm.", eta=0.05)
+    await add_policy(
+        core, "Deploy kubernetes with helm", trigger="kubernetes deploy", procedure="helm upgrade", status="archived"
+    )
+    result = await start(core, "deploy the kubernetes cluster with helm")
+    assert result.hits == []
+
+
+async def test_no_cross_namespace_leak_through_any_tier(core_factory: Any) -> None:
+    core = await core_factory()
+    other = {"owner_agent_kind": "t", "owner_profile_id": "mallory", "owner_workspace_id": None}
+    await add_policy(
+        core,
+        "Rotate the TLS certificate with certbot",
+        trigger="TLS certificate renewal",
+        procedure="certbot renew",
+        owner=other,
+    )
+    await capture(
+        core, "se_m", "rotate the TLS certificate with certbot", "Ran certbot renew.", ts=5
+    )  # session se_m belongs to profile default: visible; checked below
+    mine = await start(
+        core, "rotate the TLS certificate with certbot", session="se_alice", namespace={"profileId": "alice"}
+    )
+    assert mine.hits == []
+    search = await core.search(
+        dto.MemorySearchParams(
+            query="certbot TLS certificate",
+            namespace={"profileId": "alice"},
+            top_k=dto.TopKDTO(tier1=5, tier2=5, tier3=5),
+        )
+    )
+    assert search.hits == []
+
+
+async def test_chitchat_and_memos_commands_skip_retrieval(core_factory: Any) -> None:
+    core = await core_factory()
+    await capture(core, "se_a", "thanks for the help with the parser", "You're welcome.")
+    for text, scenario in (("thanks!", "chitchat"), ("/memos status", "meta")):
+        result = await start(core, text, session="se_b")
+        assert result.hits == [] and result.injected_context == ""
+        assert result.stats is not None and result.stats.skipped_reason == scenario
+
+
+async def test_cjk_and_identifier_queries_are_found_exactly(core_factory: Any) -> None:
+    core = await core_factory()
+    cjk = await capture(core, "se_a", "解析持仓表时报错了", "原因是命名空间缺失，已修复。")
+    ident = await capture(
+        core, "se_b", "fix the failing import", "Fixed ERR_MODULE_NOT_FOUND in src/loader/index.mjs", ts=100
+    )
+    await capture(core, "se_c", "tidy the loader module", "Renamed variables in the loader.", ts=200)
+    found = await core.search(dto.MemorySearchParams(query="持仓表"))
+    assert cjk.trace_id in [h.ref_id for h in found.hits]
+    assert {"fts_trigram", "pattern"} & set(found.hits[0].channels)
+    found = await core.search(dto.MemorySearchParams(query="src/loader/index.mjs ERR_MODULE_NOT_FOUND"))
+    assert found.hits and found.hits[0].ref_id == ident.trace_id and "exact" in found.hits[0].channels
+
+
+async def test_error_signature_query_uses_the_structural_channel(core_factory: Any) -> None:
+    core = await core_factory()
+    end = await capture(
+        core,
+        "se_a",
+        "run the parser",
+        "It failed, fixed the key.",
+        tools=[
+            {
+                "name": "bash",
+                "input": {"cmd": "python parse.py"},
+                "output": "KeyError: 'nameOfIssuer'",
+                "errorCode": "KeyError",
+            }
+        ],
+    )
+    found = await core.search(dto.MemorySearchParams(query="KeyError: 'cusip'"))
+    structural = [h for h in found.hits if "structural" in h.channels]
+    assert structural and structural[0].ref_id in [*end.trace_ids, end.episode_id]
+
+
+async def test_several_matching_steps_roll_up_into_a_similar_past_task(core_factory: Any) -> None:
+    core = await core_factory()
+    end = await capture(
+        core,
+        "se_a",
+        "set up the postgres database for the analytics service",
+        "Postgres is configured for the analytics service.",
+        tools=[
+            {"name": "bash", "input": {"cmd": "createdb analytics"}, "output": "created postgres db"},
+            {"name": "bash", "input": {"cmd": "psql -f schema.sql analytics"}, "output": "CREATE TABLE"},
+        ],
+    )
+    result = await start(core, "set up a postgres database for the analytics service")
+    episodes = [h for h in result.hits if h.ref_kind == "episode"]
+    assert episodes and episodes[0].ref_id == end.episode_id
+    assert not [h for h in result.hits if h.ref_kind == "trace" and h.ref_id in end.trace_ids]
+    assert "## Similar past tasks" in result.injected_context and "memos_timeline" in result.injected_context
+
+
+async def test_memory_search_can_ask_for_skills_only(core_factory: Any) -> None:
+    core = await core_factory()
+    skill = await add_skill(core, "parse_13f_infotable", "Parse SEC 13F infoTable XML into holdings rows.")
+    await capture(core, "se_a", "parse the SEC 13F infoTable", "Parsed it.")
+    found = await core.search(
+        dto.MemorySearchParams(query="parse 13F infoTable", top_k=dto.TopKDTO(tier1=3, tier2=0, tier3=0))
+    )
+    assert [h.ref_id for h in found.hits] == [skill]
+
+
+async def test_channel_filters_for_evaluation(core_factory: Any) -> None:
+    core = await core_factory()
+    await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
+    dense = await core.search(dto.MemorySearchParams(query="nginx reverse proxy", filters={"channels": ["vector"]}))
+    text = await core.search(dto.MemorySearchParams(query="nginx reverse proxy", filters={"channels": ["keyword"]}))
+    assert dense.hits and all(set(h.channels) <= {"vec_summary", "vec_action"} for h in dense.hits)
+    assert text.hits and all(not set(h.channels) & {"vec_summary", "vec_action"} for h in text.hits)
