@@ -75,15 +75,34 @@ class SessionSettings(_Section):
 
 
 class RetrievalSettings(_Section):
-    tier1_top_k: int = Field(3, ge=0)
-    tier2_top_k: int = Field(5, ge=0)
-    tier3_top_k: int = Field(2, ge=0)
+    tier1_top_k: int = Field(3, ge=0, description="Skills injected per turn.")
+    tier2_top_k: int = Field(5, ge=0, description="Traces, past tasks and experiences injected per turn.")
+    tier3_top_k: int = Field(2, ge=0, description="World models injected per turn.")
     min_trace_sim: float = Field(0.25, ge=0, le=1)
     keyword_top_k: int = Field(20, ge=1)
     snippet_max_chars: int = Field(640, ge=80)
     total_max_chars: int = Field(6000, ge=200)
+    total_max_tokens: int | None = Field(
+        None, ge=50, description="Budget of the injected block in approximate tokens (chars/4); the tighter wins."
+    )
+    skill_injection_mode: Literal["summary", "full"] = Field(
+        "summary", description="summary = name, first paragraph and a memos_skill_get hint; full = the whole guide."
+    )
     rrf_k: int = Field(60, ge=1)
     default_deadline_ms: int = Field(6000, ge=50, description="Budget when turn.start gives no deadlineAt.")
+    llm_filter: bool = Field(
+        False, description="Ask the LLM which candidates are relevant (needs an LLM; falls back to a score cutoff)."
+    )
+    llm_filter_max_keep: int = Field(4, ge=1)
+    llm_filter_min_candidates: int = Field(2, ge=1)
+    llm_filter_timeout_ms: int = Field(4000, ge=100)
+    intent_llm: bool = Field(False, description="Let the LLM classify ambiguous turns (heuristics otherwise).")
+
+    @property
+    def char_budget(self) -> int:
+        if self.total_max_tokens is None:
+            return self.total_max_chars
+        return min(self.total_max_chars, self.total_max_tokens * 4)
 
 
 class LLMSettings(_Section):

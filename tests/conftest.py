@@ -65,12 +65,12 @@ def make_settings(home: Path, **overrides: object) -> Settings:
 async def core_factory(tmp_path: Path, real_embedder: Embedder) -> AsyncIterator[object]:
     made: list[MemoryCore] = []
 
-    async def make(**overrides: object) -> MemoryCore:
+    async def make(llm: object = None, **overrides: object) -> MemoryCore:
         settings = make_settings(tmp_path / f"home{len(made)}", **overrides)
         settings.home.mkdir(parents=True, exist_ok=True)
         db = Database(settings.database_url)
         db.open()
-        core = MemoryCore(settings, db, SwitchableEmbedder(real_embedder), NoLLM())  # type: ignore[arg-type]
+        core = MemoryCore(settings, db, SwitchableEmbedder(real_embedder), llm or NoLLM())  # type: ignore[arg-type]
         made.append(core)
         return core
 

@@ -217,6 +217,7 @@ class RetrievalStatsDTO(WireModel):
     returned: int = 0
     scenario: str | None = Field(None, description="Injection scenario: task, follow_up, memory_probe, chitchat…")
     skipped_reason: str | None = None
+    llm_filter: str | None = Field(None, description="llm, cutoff (LLM failed) or passthrough, when enabled.")
     degraded: list[str] = Field(default_factory=list)
     total_ms: float = 0.0
 

@@ -55,10 +55,12 @@ class MemoryCore:
         self._started = time.monotonic()
         self._schema_version: int | None = None
         self.vectors = VectorStore(db, embedder.dim)
-        self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval)
+        self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval, llm)
         self.sessions = SessionService(db, self.events, settings.session)
         self.backfill = EmbeddingBackfill(db, embedder, self.vectors)
-        self.turns = TurnService(db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings)
+        self.turns = TurnService(
+            db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings, llm
+        )
 
     # ------------------------------------------------------------ lifecycle
 

@@ -42,8 +42,9 @@ from memos_bridge.core.sessions import (
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.ids import new_id
+from memos_bridge.llm.base import LLMProvider
 from memos_bridge.retrieval.engine import Retriever
-from memos_bridge.retrieval.intent import classify_intent_heuristic, schedule_injection
+from memos_bridge.retrieval.intent import classify_intent, classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
@@ -84,7 +85,9 @@ class TurnService:
         sessions: SessionService,
         events: EventBus,
         settings: Settings,
+        llm: LLMProvider | None = None,
     ) -> None:
+        self._llm = llm
         self._db = db
         self._embedder = embedder
         self._vectors = vectors
@@ -170,7 +173,10 @@ class TurnService:
             deadline_at=params.deadline_at,
         )
         deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
-        intent = classify_intent_heuristic(params.user_text)
+        if self._settings.retrieval.intent_llm and self._llm is not None:
+            intent = await classify_intent(params.user_text, self._llm)
+        else:
+            intent = classify_intent_heuristic(params.user_text)
         plan = schedule_injection(intent, params.user_text)
         result = await self._retriever.retrieve_safely(
             query,

@@ -34,9 +34,11 @@ from memos_bridge.core.capture import extract_error_signatures
 from memos_bridge.core.text import args_text, clip, to_text
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
+from memos_bridge.llm.base import LLMProvider
 from memos_bridge.retrieval import fusion
 from memos_bridge.retrieval.fusion import Candidate, CandidateKind
 from memos_bridge.retrieval.intent import InjectionPlan
+from memos_bridge.retrieval.llm_filter import llm_filter
 from memos_bridge.retrieval.query import KeywordQuery, keyword_query
 from memos_bridge.retrieval.render import (
     EpisodeSnippet,
@@ -136,11 +138,19 @@ class _Collector:
 
 
 class Retriever:
-    def __init__(self, db: Database, embedder: Embedder, vectors: VectorStore, settings: RetrievalSettings) -> None:
+    def __init__(
+        self,
+        db: Database,
+        embedder: Embedder,
+        vectors: VectorStore,
+        settings: RetrievalSettings,
+        llm: LLMProvider | None = None,
+    ) -> None:
         self._db = db
         self._embedder = embedder
         self._vectors = vectors
         self._settings = settings
+        self._llm = llm if settings.llm_filter else None
 
     # ------------------------------------------------------------ entry points
 
@@ -171,7 +181,7 @@ class Retriever:
             try:
                 with anyio.fail_after(remaining_s):
                     hits, context, found, latency = await self._retrieve(
-                        query, owner, exclude_episode_id, top_k, injection
+                        query, owner, exclude_episode_id, top_k, injection, deadline_at
                     )
                 found.scenario = stats.scenario
                 stats = found
@@ -212,6 +222,7 @@ class Retriever:
         exclude_episode_id: str | None,
         top_k: dto.TopKDTO | None,
         injection: InjectionPlan | None = None,
+        deadline_at: int | None = None,
     ) -> tuple[list[dto.RetrievalHitDTO], str, dto.RetrievalStatsDTO, dto.TierLatencyDTO]:
         text = query.query.strip()[:1500]
         plan = plan_for(query.reason or "turn_start", self._settings, top_k)
@@ -254,6 +265,19 @@ class Retriever:
         ranked = fusion.dedupe_repeats(ranked, rrf_k)
         picked = fusion.mmr_select(ranked, plan.caps, rrf_k)
         picked.sort(key=lambda c: (c.tier, -c.score(rrf_k)))
+        if self._llm is not None and picked:
+            left_s = ((deadline_at or now_ms() + 60_000) - now_ms()) / 1000 - 0.05  # keep a margin to render
+            outcome = await llm_filter(
+                text,
+                picked,
+                self._llm,
+                max_keep=self._settings.llm_filter_max_keep,
+                min_candidates=self._settings.llm_filter_min_candidates,
+                timeout_s=min(self._settings.llm_filter_timeout_ms / 1000, left_s),
+                rrf_k=rrf_k,
+            )
+            picked = outcome.kept
+            stats.llm_filter = outcome.source
         stats.returned = len(picked)
         hits = [self._hit(c, rrf_k) for c in picked]
         context = render_block(
@@ -261,7 +285,8 @@ class Retriever:
             reason=plan.reason,
             options=RenderOptions(
                 snippet_max_chars=self._settings.snippet_max_chars,
-                total_max_chars=self._settings.total_max_chars,
+                total_max_chars=self._settings.char_budget,
+                skill_mode=self._settings.skill_injection_mode,
             ),
         )
         latency = dto.TierLatencyDTO(
