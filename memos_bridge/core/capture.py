@@ -52,6 +52,8 @@ class StepDraft:
         parts = [_tool_signature(call, ACTION_EMBED_CHARS) for call in self.tool_calls]
         if self.agent_text:
             parts.append(clip(self.agent_text, ACTION_EMBED_CHARS))
+        if not parts and self.kind == "note":  # nothing was done: the words said are the content
+            parts.append(clip(self.user_text, ACTION_EMBED_CHARS))
         return clip("\n".join(parts), ACTION_EMBED_CHARS) if parts else self.summary
 
 
@@ -246,7 +248,9 @@ def summarise_step(step: StepDraft, max_chars: int) -> str:
     if step.kind == "reply":
         answer = first_sentence(step.agent_text)
         return clip(f"{ask} → {answer}" if ask else answer, max_chars)
-    return clip(f"User: {ask}" if ask else "(empty turn)", max_chars)
+    # A turn with no agent action is something said (a fact, a preference, a dialogue line): keep as much
+    # of it as the summary allows, since it IS the memory.
+    return clip(squash(step.user_text), max_chars) if step.user_text.strip() else "(empty turn)"
 
 
 # ---------------------------------------------------------------- extraction
@@ -272,7 +276,7 @@ def _normalise_call(call: ToolCallDTO, settings: CaptureSettings) -> dict[str, A
 def _step_key(turn_id: int, step: StepDraft) -> str:
     """Content signature of a step: identical retries produce identical keys (ts deliberately excluded)."""
     material = json.dumps(
-        [turn_id, step.index, step.kind, step.agent_text, step.tool_calls, step.thinking or ""],
+        [turn_id, step.index, step.kind, step.user_text, step.agent_text, step.tool_calls, step.thinking or ""],
         ensure_ascii=False,
         sort_keys=True,
         default=str,

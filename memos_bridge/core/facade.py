@@ -58,9 +58,7 @@ class MemoryCore:
         self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval, llm)
         self.sessions = SessionService(db, self.events, settings.session)
         self.backfill = EmbeddingBackfill(db, embedder, self.vectors)
-        self.turns = TurnService(
-            db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings, llm
-        )
+        self.turns = TurnService(db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings, llm)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -224,10 +224,14 @@ class TurnService:
         if session is None:
             raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
         episode = episode_of_session_sync(db, session, params.episode_id)
-        turn = repos.latest_turn(db, episode.id)
         new_text = params.user_text
-        if turn is None or (turn.status == "ended" and new_text and new_text != turn.user_text):
-            # No turn.start preceded this turn.end (or it reports a new user turn): record the turn now.
+        if new_text:
+            # The host names the user turn: match it by text, so concurrent turn.end calls for different
+            # turns never share a turn and a retry finds the turn it created before.
+            turn = repos.find_turn_by_text(db, episode.id, text_hash(new_text))
+        else:
+            turn = repos.latest_turn(db, episode.id)  # the turn turn.start recorded
+        if turn is None:
             if not create:
                 return episode, None
             turn = record_turn_sync(db, session, episode, params.ts, new_text or "", None)

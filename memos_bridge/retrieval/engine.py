@@ -74,6 +74,7 @@ REF_KIND: dict[str, Any] = {
 }
 ALL_CHANNELS = fusion.VECTOR_CHANNELS | fusion.KEYWORD_CHANNELS | fusion.STRUCTURAL_CHANNELS
 EPISODE_GOAL_MIN_SIM = 0.45
+GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
 PRIORITY_HALF_LIFE_DAYS = 30.0
 MIN_SKILL_ETA = 0.1
@@ -258,12 +259,12 @@ class Retriever:
 
         candidates = await self._hydrate(list(collector.by_key.values()), owner, exclude_episode_id, plan)
         candidates = self._identifier_gate(candidates, keywords)
-        candidates = await self._roll_up_episodes(candidates)
+        candidates = await self._roll_up_episodes(candidates, query_vec)
         rrf_k = self._settings.rrf_k
         stats.candidates = len(candidates)
         ranked = fusion.relative_threshold(candidates, rrf_k, self._settings.min_trace_sim)
         ranked = fusion.dedupe_repeats(ranked, rrf_k)
-        picked = fusion.mmr_select(ranked, plan.caps, rrf_k)
+        picked = fusion.select_with_rollups(ranked, plan.caps, rrf_k)
         picked.sort(key=lambda c: (c.tier, -c.score(rrf_k)))
         if self._llm is not None and picked:
             left_s = ((deadline_at or now_ms() + 60_000) - now_ms()) / 1000 - 0.05  # keep a margin to render
@@ -343,7 +344,7 @@ class Retriever:
         def fts(tokenizer: Tokenizer, terms: str) -> Callable[[Session], list[tuple[str, float]]]:
             def run(db: Session) -> list[tuple[str, float]]:
                 found = fts_search(db, fts_kind, terms, owner=owner, tokenizer=tokenizer, limit=keyword_top)
-                return [(ref_id, 1.0 / (rank + 1)) for rank, (ref_id, _) in enumerate(found)]
+                return bm25_scores(found)
 
             return run
 
@@ -497,41 +498,50 @@ class Retriever:
             return candidates
         return [c for c in candidates if c.kind in ("skill", "world_model") or "exact" in c.channels]
 
-    async def _roll_up_episodes(self, candidates: list[Candidate]) -> list[Candidate]:
-        """Several matching steps of one past task become one "similar past task" with its step list."""
+    async def _roll_up_episodes(self, candidates: list[Candidate], query_vec: np.ndarray | None) -> list[Candidate]:
+        """A past task whose goal matches the request, with several matching steps, also competes as one
+        "similar past task" (its ordered step list).
+
+        The goal is the episode's first step; a roll-up is made only when the request matches that goal
+        about as well as its best single step (within GOAL_MARGIN). The steps stay candidates: replacing
+        them by the roll-up hid the step that answers the request (LoCoMo recall@10: 0.49 when roll-ups
+        replaced their steps, 0.54 with the goal rule, 0.63 additive). The roll-up scores as its best
+        step — a long episode must not win by volume — and `fusion.select_with_rollups` drops it when
+        steps of the same task were picked anyway (trace-vs-roll-up de-duplication).
+        """
         by_episode: dict[str, list[Candidate]] = {}
         for cand in candidates:
             if cand.kind == "trace" and cand.episode_id:
                 by_episode.setdefault(cand.episode_id, []).append(cand)
-        ready = {
-            episode: members
-            for episode, members in by_episode.items()
-            if len(members) >= 2 and max(_best_vector(m) for m in members) >= EPISODE_GOAL_MIN_SIM
-        }
-        if not ready:
+        ready = {episode: members for episode, members in by_episode.items() if len(members) >= 2}
+        if not ready or query_vec is None:
             return candidates
         steps = await self._db.read(lambda db: repos.episode_steps(db, list(ready)))
-        out = [c for c in candidates if not (c.kind == "trace" and c.episode_id in ready)]
+        goals = self._vectors.vectors_of("trace", "vec_summary", [rows[0].id for rows in steps.values() if rows])
+        rolled: dict[str, Candidate] = {}
         for episode, members in ready.items():
             trace_rows = steps.get(episode, [])
-            if not trace_rows:
-                out.extend(members)
+            goal = goals.get(trace_rows[0].id) if trace_rows else None
+            if goal is None:
                 continue
-            rollup = Candidate(kind="episode", ref_id=episode, tier=2, episode_id=episode)
-            for member in members:
-                for channel, (rank, score) in member.channels.items():
-                    rollup.add(channel, rank, score)
+            goal_sim = float(np.dot(goal, query_vec))
+            best_step_sim = max(_vector_score(m) for m in members)
+            if goal_sim < EPISODE_GOAL_MIN_SIM or goal_sim < best_step_sim - GOAL_MARGIN:
+                continue  # the request is about a detail of that task, not the task: keep the steps
             best = max(members, key=lambda m: m.relevance(self._settings.rrf_k))
+            rollup = Candidate(kind="episode", ref_id=episode, tier=2, episode_id=episode, vector=goal)
+            rollup.channels = dict(best.channels)
             rollup.strength = max(m.strength for m in members)
-            rollup.vector = best.vector
             rollup.payload = EpisodeSnippet(
                 ref_id=episode,
                 ts=trace_rows[0].ts,
                 task=trace_rows[0].user_text or trace_rows[0].summary,
                 steps=_step_list(trace_rows),
             )
-            out.append(rollup)
-        return out
+            rolled[episode] = rollup
+        if not rolled:
+            return candidates
+        return candidates + list(rolled.values())
 
     # ------------------------------------------------------------ output
 
@@ -576,12 +586,23 @@ class Retriever:
         return data
 
 
+def bm25_scores(found: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """bm25 relative to the best match, in (0, 1]: equally good matches score alike (a rank-based
+    1/(rank+1) would push the sixth of ten equally good matches under the relative threshold)."""
+    if not found:
+        return []
+    top = found[0][1]
+    if top <= 0:
+        return [(ref_id, 1.0 / (rank + 1)) for rank, (ref_id, _) in enumerate(found)]
+    return [(ref_id, max(score, 0.0) / top) for ref_id, score in found]
+
+
+def _vector_score(cand: Candidate) -> float:
+    return max((score for ch, (_, score) in cand.channels.items() if ch in fusion.VECTOR_CHANNELS), default=0.0)
+
+
 def _storage_kind(kind: CandidateKind) -> str:
     return {"experience": "policy"}.get(kind, kind)
-
-
-def _best_vector(cand: Candidate) -> float:
-    return max((score for ch, (_, score) in cand.channels.items() if ch in fusion.VECTOR_CHANNELS), default=0.0)
 
 
 def _step_list(rows: list[Any], limit_chars: int = 800) -> list[str]:

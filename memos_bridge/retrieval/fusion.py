@@ -108,6 +108,23 @@ def dedupe_repeats(candidates: Iterable[Candidate], rrf_k: int) -> list[Candidat
     return kept
 
 
+def dedupe_rollups(picked: list[Candidate]) -> list[Candidate]:
+    """Trace-vs-roll-up de-duplication: when steps of a past task were picked themselves, its roll-up
+    repeats them and goes; a roll-up stays when it is the only trace of that task in the result."""
+    episodes_with_steps = {c.episode_id for c in picked if c.kind == "trace"}
+    return [c for c in picked if not (c.kind == "episode" and c.episode_id in episodes_with_steps)]
+
+
+def select_with_rollups(candidates: list[Candidate], caps: dict[int, int], rrf_k: int) -> list[Candidate]:
+    """MMR, then trace-vs-roll-up de-duplication; slots freed by dropped roll-ups are refilled once."""
+    picked = mmr_select(candidates, caps, rrf_k)
+    kept = dedupe_rollups(picked)
+    if len(kept) == len(picked):
+        return kept
+    dropped = {id(c) for c in picked} - {id(c) for c in kept}
+    return dedupe_rollups(mmr_select([c for c in candidates if id(c) not in dropped], caps, rrf_k))
+
+
 def _similarity(a: Candidate, b: Candidate) -> float:
     if a.vector is not None and b.vector is not None:
         return float(np.dot(a.vector, b.vector))

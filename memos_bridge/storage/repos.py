@@ -104,6 +104,17 @@ def latest_turn(db: Session, episode_id: str) -> TurnRow | None:
     return db.scalars(stmt).first()
 
 
+def find_turn_by_text(db: Session, episode_id: str, user_text_hash: str) -> TurnRow | None:
+    """The most recent turn of the episode with exactly this user text."""
+    stmt = (
+        select(TurnRow)
+        .where(TurnRow.episode_id == episode_id, TurnRow.user_text_hash == user_text_hash)
+        .order_by(TurnRow.id.desc())
+        .limit(1)
+    )
+    return db.scalars(stmt).first()
+
+
 def turn_ids_in_use(db: Session, episode_id: str, turn_id: int) -> bool:
     stmt = select(func.count()).select_from(TurnRow).where(TurnRow.episode_id == episode_id, TurnRow.turn_id == turn_id)
     return bool(db.scalar(stmt))

@@ -142,3 +142,25 @@ async def test_shared_rows_are_visible_to_other_namespaces(core_factory: Any) ->
     core.vectors.invalidate()  # reload so the index sees the new share scope
     r2 = await _start(core, "se_b", "rotate the TLS certificates with certbot", 10, namespace={"profileId": "bob"})
     assert end.trace_id in [h.ref_id for h in r2.hits]
+
+
+async def test_concurrent_turn_ends_without_turn_start_keep_every_turn(core_factory: Any) -> None:
+    import anyio
+
+    core = await core_factory()
+    await core.open_session(dto.SessionOpenParams(agent="t", session_id="se_a"))
+    episode = (await core.open_episode(dto.EpisodeOpenParams(session_id="se_a"))).episode_id
+    results: dict[int, dto.TurnEndResult] = {}
+
+    async def send(i: int) -> None:
+        results[i] = await _end(core, "se_a", episode, 100 + i, userText=f"dialogue line number {i}")
+
+    async with anyio.create_task_group() as group:
+        for i in range(8):
+            group.start_soon(send, i)
+    ids = [results[i].trace_id for i in range(8)]
+    assert len(set(ids)) == 8
+    timeline = await core.timeline(dto.TimelineParams(episode_id=episode))
+    assert sorted(t.user_text for t in timeline.traces) == sorted(f"dialogue line number {i}" for i in range(8))
+    again = await _end(core, "se_a", episode, 500, userText="dialogue line number 3")  # a retry
+    assert again.trace_id == results[3].trace_id

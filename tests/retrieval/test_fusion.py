@@ -13,6 +13,7 @@ from memos_bridge.retrieval.fusion import (
     mmr_select,
     normalise_text,
     relative_threshold,
+    select_with_rollups,
 )
 
 K = 60
@@ -90,3 +91,18 @@ def test_mmr_respects_caps_and_excludes_tiers_without_a_cap() -> None:
     picked = mmr_select(cands, {2: 3}, K)
     assert len(picked) == 3 and all(c.tier == 2 for c in picked)
     assert mmr_select([], {2: 3}, K) == []
+
+
+def test_rollup_is_dropped_when_its_steps_are_picked_and_the_slot_is_refilled() -> None:
+    step = cand("tr_1", vec=[1.0, 0.0, 0.0], vec_summary=(0, 0.9))
+    step.episode_id = "ep_1"
+    rollup = cand("ep_1", vec=[0.9, 0.1, 0.0], vec_summary=(0, 0.9))
+    rollup.kind, rollup.episode_id = "episode", "ep_1"
+    other = cand("tr_2", vec=[0.0, 1.0, 0.0], vec_summary=(3, 0.5))
+    other.episode_id = "ep_2"
+    third = cand("tr_3", vec=[0.0, 0.0, 1.0], vec_summary=(4, 0.45))
+    third.episode_id = "ep_3"
+    picked = [c.ref_id for c in select_with_rollups([step, rollup, other, third], {2: 3}, K)]
+    assert picked == ["tr_1", "tr_2", "tr_3"]
+    alone = [c.ref_id for c in select_with_rollups([rollup, other], {2: 2}, K)]
+    assert alone == ["ep_1", "tr_2"]

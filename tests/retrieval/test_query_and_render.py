@@ -39,3 +39,13 @@ def test_block_respects_the_total_budget_and_is_empty_without_snippets() -> None
     assert "1. [" in block and "30. [" not in block
     assert _render([]) == ""
     assert _render(snippets, total=300) == ""
+
+
+def test_similar_past_task_section_lists_steps_with_a_timeline_hint() -> None:
+    from memos_bridge.retrieval.render import EpisodeSnippet
+
+    block = render_block(
+        RenderInput(episodes=[EpisodeSnippet("ep_1", 0, "set up postgres", ["createdb", "load schema"])])
+    )
+    assert "## Similar past tasks" in block
+    assert "- createdb\n" in block.replace("   ", "") and 'memos_timeline(episodeId="ep_1")' in block
