@@ -49,7 +49,7 @@ class StepDraft:
         the opening of an output or reply carries most of what similarity search can use; the full text
         stays searchable through the full-text index.
         """
-        parts = [_tool_signature(call, ACTION_EMBED_CHARS) for call in self.tool_calls]
+        parts = [tool_signature(call, ACTION_EMBED_CHARS) for call in self.tool_calls]
         if self.agent_text:
             parts.append(clip(self.agent_text, ACTION_EMBED_CHARS))
         if not parts and self.kind == "note":  # nothing was done: the words said are the content
@@ -210,7 +210,7 @@ def extract_tags(step: StepDraft, limit: int) -> list[str]:
     if step.failed:
         add("error")
     haystack = " ".join(
-        [step.user_text[:2000], step.agent_text[:2000], *(_tool_signature(c, 600) for c in step.tool_calls)]
+        [step.user_text[:2000], step.agent_text[:2000], *(tool_signature(c, 600) for c in step.tool_calls)]
     )
     for name, pattern in _KEYWORDS.items():
         if pattern.search(haystack):
@@ -221,7 +221,8 @@ def extract_tags(step: StepDraft, limit: int) -> list[str]:
 # ---------------------------------------------------------------- summaries
 
 
-def _tool_signature(call: dict[str, Any], limit: int) -> str:
+def tool_signature(call: dict[str, Any], limit: int) -> str:
+    """`name(key=value …) → outcome` of a stored tool call, clipped to `limit` characters."""
     args = clip(args_text(call.get("input")), max(limit // 3, 20))
     if call.get("errorCode"):
         outcome = f"error: {call['errorCode']}"

@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from memos_bridge.config import RetrievalSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import MemosError
-from memos_bridge.core.capture import extract_error_signatures
-from memos_bridge.core.text import args_text, clip, to_text
+from memos_bridge.core.capture import extract_error_signatures, tool_signature
+from memos_bridge.core.text import clip
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.llm.base import LLMProvider
@@ -452,7 +452,7 @@ class Retriever:
                 summary=row.summary,
                 user_text=row.user_text if row.step_index == 0 else "",
                 agent_text=row.agent_text,
-                tool_lines=[_tool_line(call) for call in (row.tool_calls_json or [])],
+                tool_lines=[tool_signature(call, 300) for call in (row.tool_calls_json or [])],
             )
         elif kind == "policy":
             guidance = row.decision_guidance_json or {}
@@ -615,10 +615,3 @@ def _step_list(rows: list[Any], limit_chars: int = 800) -> list[str]:
         out.append(line)
         used += len(line)
     return out
-
-
-def _tool_line(call: dict[str, object]) -> str:
-    name = call.get("name", "tool")
-    args = args_text(call.get("input"))[:120]
-    outcome = call.get("errorCode") or to_text(call.get("output"))[:160]
-    return f"{name}({args}) → {outcome}"
