@@ -74,6 +74,7 @@ REF_KIND: dict[str, Any] = {
 }
 ALL_CHANNELS = fusion.VECTOR_CHANNELS | fusion.KEYWORD_CHANNELS | fusion.STRUCTURAL_CHANNELS
 EPISODE_GOAL_MIN_SIM = 0.45
+MAX_ROLLUPS = 3
 GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
 PRIORITY_HALF_LIFE_DAYS = 30.0
@@ -513,6 +514,10 @@ class Retriever:
             if cand.kind == "trace" and cand.episode_id:
                 by_episode.setdefault(cand.episode_id, []).append(cand)
         ready = {episode: members for episode, members in by_episode.items() if len(members) >= 2}
+        # Only the few best-matching tasks can win a slot; loading every episode's steps cost more than
+        # the rest of the query on conversational memories (many short episodes, many weak matches).
+        best_first = sorted(ready, key=lambda e: max(m.relevance(self._settings.rrf_k) for m in ready[e]), reverse=True)
+        ready = {episode: ready[episode] for episode in best_first[:MAX_ROLLUPS]}
         if not ready or query_vec is None:
             return candidates
         steps = await self._db.read(lambda db: repos.episode_steps(db, list(ready)))
