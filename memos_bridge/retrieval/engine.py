@@ -82,6 +82,10 @@ MIN_SKILL_ETA = 0.1
 LONG_IDENTIFIER = 8
 
 
+VectorCall = Callable[[], Awaitable[list[tuple[str, float]]]]
+SqlCall = Callable[[Session], list[tuple[str, float]]]
+
+
 @dataclass(frozen=True)
 class Plan:
     reason: str
@@ -245,18 +249,48 @@ class Retriever:
         tier_ms: dict[int, float] = {}
 
         kinds = [kind for kind, tier in TIER_OF.items() if tier in plan.caps]
+        vector_jobs: list[tuple[str, str, VectorCall]] = []
+        sql_jobs: list[tuple[str, str, SqlCall]] = []
+        for kind in kinds:
+            vectors, sqls = self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed)
+            vector_jobs += [(kind, name, call) for name, call in vectors]
+            sql_jobs += [(kind, name, call) for name, call in sqls]
 
-        async def run_kind(kind: str) -> None:
-            started = time.perf_counter()
-            async with anyio.create_task_group() as group:
-                for channel, call in self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed):
-                    group.start_soon(self._run_channel, collector, kind, channel, call, stats)
+        def add_time(kind: str, seconds: float) -> None:
             tier = TIER_OF[kind]
-            tier_ms[tier] = max(tier_ms.get(tier, 0.0), (time.perf_counter() - started) * 1000)
+            tier_ms[tier] = tier_ms.get(tier, 0.0) + seconds * 1000
+
+        async def run_vector(kind: str, name: str, call: VectorCall) -> None:
+            started = time.perf_counter()
+            await self._run_channel(collector, kind, name, call, stats)
+            add_time(kind, time.perf_counter() - started)
+
+        def run_sql(db: Session) -> list[tuple[str, str, list[tuple[str, float]] | None, float]]:
+            """Every keyword channel in ONE worker-thread hop (dozens of hops cost more than the SQL)."""
+            out: list[tuple[str, str, list[tuple[str, float]] | None, float]] = []
+            for kind, name, call in sql_jobs:
+                started = time.perf_counter()
+                try:
+                    out.append((kind, name, call(db), time.perf_counter() - started))
+                except Exception:
+                    log.exception("retrieval channel %s/%s failed", kind, name)
+                    out.append((kind, name, None, time.perf_counter() - started))
+            return out
+
+        async def run_sqls() -> None:
+            if not sql_jobs:
+                return
+            for kind, name, found, seconds in await self._db.read(run_sql):
+                add_time(kind, seconds)
+                if found is None:
+                    stats.degraded.append(f"{kind}:{name}")
+                else:
+                    collector.record(kind, name, found)
 
         async with anyio.create_task_group() as group:
-            for kind in kinds:
-                group.start_soon(run_kind, kind)
+            group.start_soon(run_sqls)
+            for kind, name, call in vector_jobs:
+                group.start_soon(run_vector, kind, name, call)
 
         candidates = await self._hydrate(list(collector.by_key.values()), owner, exclude_episode_id, plan)
         candidates = self._identifier_gate(candidates, keywords)
@@ -318,14 +352,16 @@ class Retriever:
         owner: OwnerFilter | None,
         pool: int,
         allowed: frozenset[str] | None,
-    ) -> list[tuple[str, Callable[[], Awaitable[list[tuple[str, float]]]]]]:
-        """The channel coroutines for one kind, each returning ranked (id, score)."""
+    ) -> tuple[list[tuple[str, VectorCall]], list[tuple[str, SqlCall]]]:
+        """One kind's channels, each returning ranked (id, score): vector searches (in memory, awaited on
+        the event loop) and SQL channels (run together in one worker thread by the caller)."""
         fts_kind: FtsKind = kind  # type: ignore[assignment]
         min_sim = WORLD_MIN_SIM if kind == "world_model" else self._settings.min_trace_sim
         keyword_top = self._settings.keyword_top_k
-        channels: list[tuple[str, Callable[[], Awaitable[list[tuple[str, float]]]]]] = []
+        vectors: list[tuple[str, VectorCall]] = []
+        channels: list[tuple[str, SqlCall]] = []
 
-        def vector(field: str) -> Callable[[], Awaitable[list[tuple[str, float]]]]:
+        def vector(field: str) -> VectorCall:
             async def run() -> list[tuple[str, float]]:
                 assert query_vec is not None
                 found = await self._vectors.search(kind, field, query_vec, pool, owner, min_score=min_sim)
@@ -333,12 +369,6 @@ class Retriever:
                     return []
                 floor = max(min_sim, found[0][1] * 0.45)  # adaptive floor: far below the best is noise
                 return [(i, s) for i, s in found if s >= floor]
-
-            return run
-
-        def read(fn: Callable[[Session], list[tuple[str, float]]]) -> Callable[[], Awaitable[list[tuple[str, float]]]]:
-            async def run() -> list[tuple[str, float]]:
-                return await self._db.read(fn)
 
             return run
 
@@ -351,41 +381,35 @@ class Retriever:
 
         if query_vec is not None:
             fields = ("vec_summary", "vec_action") if kind == "trace" else ("vec",)
-            channels += [(field, vector(field)) for field in fields]
+            vectors += [(field, vector(field)) for field in fields]
         if keywords.word:
-            channels.append(("fts_word", read(fts("word", keywords.word))))
+            channels.append(("fts_word", fts("word", keywords.word)))
         if keywords.trigram:
-            channels.append(("fts_trigram", read(fts("trigram", keywords.trigram))))
+            channels.append(("fts_trigram", fts("trigram", keywords.trigram)))
         if keywords.pattern:
             terms = list(keywords.pattern)
-            channels.append(
-                ("pattern", read(lambda db: pattern_search(db, fts_kind, terms, owner=owner, limit=keyword_top)))
-            )
+            channels.append(("pattern", lambda db: pattern_search(db, fts_kind, terms, owner=owner, limit=keyword_top)))
         if keywords.identifiers:
             # Trigram MATCH of a quoted identifier is a substring test served by the index (a LIKE scan
             # cost 200 ms at 100k traces); identifiers shorter than 3 characters never get here.
-            channels.append(("exact", read(fts("trigram", " ".join(keywords.identifiers)))))
+            channels.append(("exact", fts("trigram", " ".join(keywords.identifiers))))
         if kind == "trace" and signatures:
-            channels.append(
-                (
-                    "structural",
-                    read(
-                        lambda db: [
-                            (i, 0.9) for i, _ in repos.traces_with_signatures(db, signatures, owner, keyword_top)
-                        ]
-                    ),
-                )
-            )
+
+            def structural(db: Session) -> list[tuple[str, float]]:
+                return [(i, 0.9) for i, _ in repos.traces_with_signatures(db, signatures, owner, keyword_top)]
+
+            channels.append(("structural", structural))
         if allowed is not None:
+            vectors = [(name, call) for name, call in vectors if name in allowed]
             channels = [(name, call) for name, call in channels if name in allowed]
-        return channels
+        return vectors, channels
 
     @staticmethod
     async def _run_channel(
         collector: _Collector,
         kind: str,
         channel: str,
-        call: Callable[[], Awaitable[list[tuple[str, float]]]],
+        call: VectorCall,
         stats: dto.RetrievalStatsDTO,
     ) -> None:
         try:
