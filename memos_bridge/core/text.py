@@ -8,7 +8,9 @@ from typing import Any
 
 _WS = re.compile(r"\s+")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_CJK = re.compile(f"[{CJK_CHARS}]")
+CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 
 TRUNCATION_MARKER = " …[truncated {n} chars]… "
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from memos_bridge.core.text import CJK_RUN, has_cjk
 from memos_bridge.storage.fts import query_terms
 
 STOPWORDS = frozenset(
@@ -25,11 +26,9 @@ STOPWORDS = frozenset(
     """.split()
 )
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 _IDENTIFIER = re.compile(r"[_./\\:#@$-]|\d|[a-z][A-Z]")
 
 
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+")
 _PATH = re.compile(r"(?:[A-Za-z]:)?[\w.\-]*[/\\][\w.\-/\\]+")
 _HASH = re.compile(r"\b[0-9a-f]{7,40}\b")
 _CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_[A-Z0-9_]+|E[A-Z]{3,}|E\d{3,5}|TS\d{4,5}|[A-Z][a-zA-Z]+(?:Error|Exception))\b")
@@ -60,9 +59,9 @@ def pattern_terms(text: str, terms: list[str]) -> list[str]:
     """What the trigram index cannot find: 2-character words and CJK bigrams (of runs of 2+ characters)."""
     out: list[str] = []
     for term in terms:
-        if len(term) == 2 and term.isalnum() and term.casefold() not in STOPWORDS and not _CJK.search(term):
+        if len(term) == 2 and term.isalnum() and term.casefold() not in STOPWORDS and not has_cjk(term):
             out.append(term)
-    for run in _CJK_RUN.findall(text):
+    for run in CJK_RUN.findall(text):
         if len(run) >= 2:
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
     return list(dict.fromkeys(t for t in out if t not in STOPWORDS))[:12]
@@ -73,7 +72,7 @@ def keyword_query(text: str) -> KeywordQuery:
     content = [t for t in terms if t.casefold() not in STOPWORDS]
     if not content:
         content = terms
-    trigram = [t for t in content if _CJK.search(t) or _IDENTIFIER.search(t)]
+    trigram = [t for t in content if has_cjk(t) or _IDENTIFIER.search(t)]
     return KeywordQuery(
         word=" ".join(content),
         trigram=" ".join(trigram),
