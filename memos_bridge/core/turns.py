@@ -43,7 +43,7 @@ from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.ids import new_id
 from memos_bridge.llm.base import LLMProvider
-from memos_bridge.retrieval.engine import Retriever
+from memos_bridge.retrieval.engine import Retriever, VisibleContext
 from memos_bridge.retrieval.intent import classify_intent, classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
@@ -181,7 +181,7 @@ class TurnService:
         result = await self._retriever.retrieve_safely(
             query,
             begun.owner,
-            exclude_episode_id=begun.episode_id,
+            visible=VisibleContext.from_hints(begun.session_id, begun.episode_id, params.context_hints),
             deadline_at=deadline_at,
             injection=plan,
         )

@@ -82,6 +82,42 @@ MIN_SKILL_ETA = 0.1
 LONG_IDENTIFIER = 8
 
 
+@dataclass(frozen=True)
+class VisibleContext:
+    """What the host still has in its context window, so retrieval does not inject it again.
+
+    The current episode is always visible. A host that compressed its context reports where the visible
+    window starts (`contextHints.visibleContextStartTs`) or which user texts are still visible
+    (`visibleContextUserTexts`); older steps of the same session are then recallable again.
+    """
+
+    session_id: str
+    episode_id: str | None
+    start_ts: int | None = None
+    user_texts: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_hints(cls, session_id: str, episode_id: str | None, hints: dict[str, Any] | None) -> VisibleContext:
+        hints = hints or {}
+        start = hints.get("visibleContextStartTs")
+        texts = hints.get("visibleContextUserTexts")
+        return cls(
+            session_id=session_id,
+            episode_id=episode_id,
+            start_ts=int(start) if isinstance(start, int | float) and not isinstance(start, bool) else None,
+            user_texts=frozenset(t for t in texts if isinstance(t, str)) if isinstance(texts, list) else frozenset(),
+        )
+
+    def hides(self, row: Any) -> bool:
+        if self.episode_id and row.episode_id == self.episode_id:
+            return True
+        if row.session_id != self.session_id:
+            return False
+        if self.start_ts is not None and row.ts >= self.start_ts:
+            return True
+        return bool(self.user_texts) and row.user_text in self.user_texts
+
+
 VectorCall = Callable[[], Awaitable[list[tuple[str, float]]]]
 SqlCall = Callable[[Session], list[tuple[str, float]]]
 
@@ -165,7 +201,7 @@ class Retriever:
         query: dto.RetrievalQueryDTO,
         owner: OwnerFilter | None,
         *,
-        exclude_episode_id: str | None,
+        visible: VisibleContext | None,
         deadline_at: int,
         top_k: dto.TopKDTO | None = None,
         injection: InjectionPlan | None = None,
@@ -187,7 +223,7 @@ class Retriever:
             try:
                 with anyio.fail_after(remaining_s):
                     hits, context, found, latency = await self._retrieve(
-                        query, owner, exclude_episode_id, top_k, injection, deadline_at
+                        query, owner, visible, top_k, injection, deadline_at
                     )
                 found.scenario = stats.scenario
                 stats = found
@@ -215,9 +251,7 @@ class Retriever:
             deadline_at=params.deadline_at,
         )
         deadline = params.deadline_at or (now_ms() + self._settings.default_deadline_ms)
-        return await self.retrieve_safely(
-            query, owner, exclude_episode_id=None, deadline_at=deadline, top_k=params.top_k
-        )
+        return await self.retrieve_safely(query, owner, visible=None, deadline_at=deadline, top_k=params.top_k)
 
     # ------------------------------------------------------------ pipeline
 
@@ -225,7 +259,7 @@ class Retriever:
         self,
         query: dto.RetrievalQueryDTO,
         owner: OwnerFilter | None,
-        exclude_episode_id: str | None,
+        visible: VisibleContext | None,
         top_k: dto.TopKDTO | None,
         injection: InjectionPlan | None = None,
         deadline_at: int | None = None,
@@ -292,7 +326,7 @@ class Retriever:
             for kind, name, call in vector_jobs:
                 group.start_soon(run_vector, kind, name, call)
 
-        candidates = await self._hydrate(list(collector.by_key.values()), owner, exclude_episode_id, plan)
+        candidates = await self._hydrate(list(collector.by_key.values()), owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)
         candidates = await self._roll_up_episodes(candidates, query_vec)
         rrf_k = self._settings.rrf_k
@@ -316,8 +350,16 @@ class Retriever:
             stats.llm_filter = outcome.source
         stats.returned = len(picked)
         hits = [self._hit(c, rrf_k) for c in picked]
+        data = self._render_input(picked)
+        trace_ids = [c.ref_id for c in picked if c.kind == "trace"]
+        recalled_policies = {c.ref_id for c in picked if c.kind == "experience"}
+        if trace_ids:
+            prefer, avoid = await self._db.read(
+                lambda db: repos.linked_guidance(db, trace_ids, owner, exclude=recalled_policies)
+            )
+            data.linked_preference, data.linked_anti_pattern = prefer, avoid
         context = render_block(
-            self._render_input(picked),
+            data,
             reason=plan.reason,
             options=RenderOptions(
                 snippet_max_chars=self._settings.snippet_max_chars,
@@ -421,7 +463,7 @@ class Retriever:
     # ------------------------------------------------------------ hydration and roll-ups
 
     async def _hydrate(
-        self, candidates: list[Candidate], owner: OwnerFilter | None, exclude_episode_id: str | None, plan: Plan
+        self, candidates: list[Candidate], owner: OwnerFilter | None, visible: VisibleContext | None, plan: Plan
     ) -> list[Candidate]:
         """Load rows, drop what is not eligible, attach payloads, strength signals and vectors."""
         by_kind: dict[str, list[Candidate]] = {}
@@ -445,7 +487,7 @@ class Retriever:
             stored = self._vectors.vectors_of(kind, field, [c.ref_id for c in group])
             for cand in group:
                 row = rows[kind].get(cand.ref_id)
-                if row is None or not self._eligible(kind, row, exclude_episode_id, plan):
+                if row is None or not self._eligible(kind, row, visible, plan):
                     continue
                 cand.vector = stored.get(cand.ref_id)
                 self._attach(kind, cand, row, now)
@@ -453,10 +495,10 @@ class Retriever:
         return kept
 
     @staticmethod
-    def _eligible(kind: str, row: Any, exclude_episode_id: str | None, plan: Plan) -> bool:
+    def _eligible(kind: str, row: Any, visible: VisibleContext | None, plan: Plan) -> bool:
         if kind == "trace":
-            if exclude_episode_id and row.episode_id == exclude_episode_id:
-                return False  # the host still has the current task's steps in its context
+            if visible is not None and visible.hides(row):
+                return False  # the host still has it in its context: injecting it again only costs tokens
             return bool(plan.include_low_value or row.value >= 0)
         if kind == "policy":
             return bool(row.status in ("active", "candidate"))

@@ -112,6 +112,10 @@ class RenderInput:
     traces: list[TraceSnippet] = field(default_factory=list)
     experiences: list[ExperienceSnippet] = field(default_factory=list)
     worlds: list[WorldSnippet] = field(default_factory=list)
+    # Decision guidance of policies linked to the recalled traces (not themselves recalled): the lesson
+    # learned on that past step travels with it.
+    linked_preference: list[str] = field(default_factory=list)
+    linked_anti_pattern: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.skills or self.episodes or self.traces or self.experiences or self.worlds)
@@ -226,17 +230,16 @@ def clamp_lines(text: str, limit: int) -> str:
 
 
 def _guidance(data: RenderInput, shown: list[ExperienceSnippet]) -> tuple[list[str], list[str]]:
-    """Prefer/Avoid lines from recalled skills first (they win), then experiences; no repeats."""
+    """Prefer/Avoid lines from recalled skills first (they win), then experiences, then policies linked to
+    recalled traces; no repeats."""
     prefer: list[str] = []
     avoid: list[str] = []
-    sources: list[SkillSnippet | ExperienceSnippet] = [*data.skills, *shown]
-    for source in sources:
-        for line in source.preference:
-            if line and line not in prefer:
-                prefer.append(line)
-        for line in source.anti_pattern:
-            if line and line not in avoid:
-                avoid.append(line)
+    sources: list[tuple[list[str], list[str]]] = [(s.preference, s.anti_pattern) for s in data.skills]
+    sources += [(e.preference, e.anti_pattern) for e in shown]
+    sources.append((data.linked_preference, data.linked_anti_pattern))
+    for preference, anti_pattern in sources:
+        prefer.extend(line for line in preference if line and line not in prefer)
+        avoid.extend(line for line in anti_pattern if line and line not in avoid)
     return prefer[:5], avoid[:5]
 
 

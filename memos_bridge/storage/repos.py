@@ -19,6 +19,7 @@ from memos_bridge.storage.models import (
     PolicyRow,
     SessionRow,
     SkillRow,
+    TracePolicyLinkRow,
     TraceRow,
     TurnRow,
     WorldModelRow,
@@ -310,3 +311,28 @@ def episode_steps(db: Session, episode_ids: Sequence[str]) -> dict[str, list[Tra
         rows = {r.id: r for r in db.scalars(select(TraceRow).where(TraceRow.id.in_(order)))}
         out[episode.id] = [rows[i] for i in order if i in rows]
     return out
+
+
+def linked_guidance(
+    db: Session, trace_ids: Sequence[str], owner: OwnerFilter | None, *, exclude: set[str]
+) -> tuple[list[str], list[str]]:
+    """Prefer/avoid lines of live policies linked to these traces (policies in `exclude` left out)."""
+    stmt = (
+        select(PolicyRow.id, PolicyRow.decision_guidance_json)
+        .join(TracePolicyLinkRow, TracePolicyLinkRow.policy_id == PolicyRow.id)
+        .where(
+            TracePolicyLinkRow.trace_id.in_(list(trace_ids)),
+            visible(owner, PolicyRow),
+            PolicyRow.archived_at.is_(None),
+            PolicyRow.status != "archived",
+        )
+        .order_by(PolicyRow.updated_at.desc())
+    )
+    prefer: list[str] = []
+    avoid: list[str] = []
+    for policy_id, guidance in db.execute(stmt):
+        if policy_id in exclude or not isinstance(guidance, dict):
+            continue
+        prefer.extend(line for line in guidance.get("preference", []) if line not in prefer)
+        avoid.extend(line for line in guidance.get("antiPattern", []) if line not in avoid)
+    return prefer[:5], avoid[:5]

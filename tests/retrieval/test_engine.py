@@ -351,3 +351,60 @@ async def test_channel_filters_for_evaluation(core_factory: Any) -> None:
     text = await core.search(dto.MemorySearchParams(query="nginx reverse proxy", filters={"channels": ["keyword"]}))
     assert dense.hits and all(set(h.channels) <= {"vec_summary", "vec_action"} for h in dense.hits)
     assert text.hits and all(not set(h.channels) & {"vec_summary", "vec_action"} for h in text.hits)
+
+
+async def test_guidance_of_policies_linked_to_recalled_traces_is_rendered(core_factory: Any) -> None:
+    from memos_bridge.storage.models import TracePolicyLinkRow
+
+    core = await core_factory()
+    end = await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
+    policy_id = new_id("policy")
+    row = PolicyRow(
+        id=policy_id,
+        title="qqq",
+        trigger="",
+        procedure="",
+        verification="",
+        boundary="",
+        status="active",
+        decision_guidance_json={
+            "preference": ["run the config test before reloading"],
+            "antiPattern": ["editing live"],
+        },
+        created_at=1,
+        updated_at=1,
+        **OWNER,
+    )
+
+    def store(db: Any) -> None:
+        db.add(row)
+        db.flush()
+        db.add(TracePolicyLinkRow(trace_id=end.trace_id, policy_id=policy_id, episode_id=end.episode_id, created_at=1))
+
+    await core.db.write(store)
+    result = await start(core, "configure the nginx reverse proxy")
+    assert end.trace_id in [h.ref_id for h in result.hits] and policy_id not in [h.ref_id for h in result.hits]
+    block = result.injected_context
+    assert "## Decision guidance" in block
+    assert "Prefer: run the config test before reloading" in block and "Avoid: editing live" in block
+
+
+async def test_steps_still_visible_to_the_host_are_not_injected_again(core_factory: Any) -> None:
+    core = await core_factory(session={"merge_max_gap_ms": 1})
+    old = await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.", ts=1)
+    newer = await capture(core, "se_a", "configure the nginx reverse proxy cache", "Enabled proxy_cache.", ts=1000)
+    # same session, new episode (the gap closed the previous ones); no hints: other episodes are recallable
+    plain = await start(core, "configure the nginx reverse proxy", session="se_a")
+    assert {old.trace_id, newer.trace_id} <= {h.ref_id for h in plain.hits}
+    hinted = await start(
+        core, "configure the nginx reverse proxy", session="se_a", contextHints={"visibleContextStartTs": 500}
+    )
+    ids = {h.ref_id for h in hinted.hits}
+    assert old.trace_id in ids and newer.trace_id not in ids  # compressed away vs still on screen
+    by_text = await start(
+        core,
+        "configure the nginx reverse proxy",
+        session="se_a",
+        contextHints={"visibleContextUserTexts": ["configure the nginx reverse proxy"]},
+    )
+    assert old.trace_id not in {h.ref_id for h in by_text.hits}
