@@ -279,15 +279,11 @@ class Retriever:
         keywords = keyword_query(text)
         signatures = extract_error_signatures([text], 6)
         pool = max(max(plan.caps.values(), default=0) * 4, 20)
-        query_vec = await self._embed_query(text, allowed, stats)
         tier_ms: dict[int, float] = {}
-
         kinds = [kind for kind, tier in TIER_OF.items() if tier in plan.caps]
-        vector_jobs: list[tuple[str, str, VectorCall]] = []
         sql_jobs: list[tuple[str, str, SqlCall]] = []
         for kind in kinds:
-            vectors, sqls = self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed)
-            vector_jobs += [(kind, name, call) for name, call in vectors]
+            _, sqls = self._channels(kind, keywords, signatures, None, owner, pool, allowed)
             sql_jobs += [(kind, name, call) for name, call in sqls]
 
         def add_time(kind: str, seconds: float) -> None:
@@ -321,10 +317,15 @@ class Retriever:
                 else:
                     collector.record(kind, name, found)
 
+        query_vec: np.ndarray | None = None
         async with anyio.create_task_group() as group:
-            group.start_soon(run_sqls)
-            for kind, name, call in vector_jobs:
-                group.start_soon(run_vector, kind, name, call)
+            group.start_soon(run_sqls)  # keyword channels need no query vector: they run while it is embedded
+            query_vec = await self._embed_query(text, allowed, stats)
+            if query_vec is not None:
+                for kind in kinds:
+                    vectors, _ = self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed)
+                    for name, call in vectors:
+                        group.start_soon(run_vector, kind, name, call)
 
         candidates = await self._hydrate(list(collector.by_key.values()), owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)
