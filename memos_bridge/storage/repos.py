@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, String, func, or_, select, true, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from memos_bridge.storage.models import (
     ApiLogRow,
@@ -194,6 +194,12 @@ SEARCHABLE_MODELS: dict[str, Any] = {
     "skill": SkillRow,
     "world_model": WorldModelRow,
 }
+VECTOR_COLUMNS: dict[str, tuple[str, ...]] = {
+    "trace": ("vec_summary", "vec_action"),
+    "policy": ("vec",),
+    "skill": ("vec",),
+    "world_model": ("vec",),
+}
 
 
 def iter_vectors(db: Session, kind: str, field: str, batch: int = 5000) -> Iterator[tuple[str, bytes, OwnerKey]]:
@@ -272,7 +278,12 @@ def rows_by_ids(db: Session, kind: str, ids: Sequence[str], owner: OwnerFilter |
     if not ids:
         return {}
     model = SEARCHABLE_MODELS[kind]
-    stmt = select(model).where(model.id.in_(list(ids)), visible(owner, model), model.archived_at.is_(None))
+    stmt = (
+        select(model)
+        .where(model.id.in_(list(ids)), visible(owner, model), model.archived_at.is_(None))
+        # Vectors come from the in-memory index; loading the blobs (1.5 KB each) only slows the read.
+        .options(*(defer(getattr(model, f)) for f in VECTOR_COLUMNS[kind]))
+    )
     if hasattr(model, "status"):
         stmt = stmt.where(model.status != "archived")
     return {row.id: row for row in db.scalars(stmt)}
