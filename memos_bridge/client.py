@@ -202,7 +202,7 @@ class ServiceClient:
                     if isinstance(item, dict):
                         self._dispatch(item)
         except (OSError, ValueError):
-            pass
+            pass  # the stream ended or broke: every pending call fails below with TransportClosed
         finally:
             self._closed.set()
             with self._pending_lock:

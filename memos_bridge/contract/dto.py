@@ -438,7 +438,7 @@ class CoreHealthDTO(WireModel):
 
 
 class EmptyParams(WireModel):
-    pass
+    """Methods without parameters: `{}` or no params at all; anything else is rejected."""
 
 
 class PingResult(WireModel):
