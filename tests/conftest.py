@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 
@@ -36,12 +37,15 @@ class SwitchableEmbedder:
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.down = False
+        self.delay = 0.0  # seconds, to simulate a slow model
         self.name = inner.name
         self.dim = inner.dim
 
     async def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
         if self.down:
             raise MemosError(ErrorCode.EMBEDDING_UNAVAILABLE, "model offline (test switch)")
+        if self.delay:
+            await anyio.sleep(self.delay)
         return await self.inner.embed(texts, role)
 
     def embed_sync(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:

@@ -75,6 +75,7 @@ REF_KIND: dict[str, Any] = {
 ALL_CHANNELS = fusion.VECTOR_CHANNELS | fusion.KEYWORD_CHANNELS | fusion.STRUCTURAL_CHANNELS
 EPISODE_GOAL_MIN_SIM = 0.45
 MAX_ROLLUPS = 3
+RENDER_RESERVE_S = 0.03  # of a turn's deadline, kept for hydration, ranking and rendering
 GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
 PRIORITY_HALF_LIFE_DAYS = 30.0
@@ -310,7 +311,7 @@ class Retriever:
         async def run_sqls() -> None:
             if not sql_jobs:
                 return
-            for kind, name, found, seconds in await self._db.read(run_sql):
+            for kind, name, found, seconds in await self._db.read(run_sql, abandon_on_cancel=True):
                 add_time(kind, seconds)
                 if found is None:
                     stats.degraded.append(f"{kind}:{name}")
@@ -318,14 +319,20 @@ class Retriever:
                     collector.record(kind, name, found)
 
         query_vec: np.ndarray | None = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(run_sqls)  # keyword channels need no query vector: they run while it is embedded
-            query_vec = await self._embed_query(text, allowed, stats)
-            if query_vec is not None:
-                for kind in kinds:
-                    vectors, _ = self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed)
-                    for name, call in vectors:
-                        group.start_soon(run_vector, kind, name, call)
+        # The channels get the deadline minus a reserve for hydration, ranking and rendering; when they run
+        # out of time, what they have found so far is used (stats.degraded says so) instead of nothing.
+        budget = None if deadline_at is None else (deadline_at - now_ms()) / 1000 - RENDER_RESERVE_S
+        with anyio.move_on_after(budget) as channel_scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(run_sqls)  # keyword channels need no query vector: they run while it embeds
+                query_vec = await self._embed_query(text, allowed, stats)
+                if query_vec is not None:
+                    for kind in kinds:
+                        vectors, _ = self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed)
+                        for name, call in vectors:
+                            group.start_soon(run_vector, kind, name, call)
+        if channel_scope.cancelled_caught:
+            stats.degraded.append("deadline:partial")
 
         candidates = await self._hydrate(list(collector.by_key.values()), owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)

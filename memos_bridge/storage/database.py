@@ -139,10 +139,16 @@ class Database:
             self._limiters = (token, anyio.CapacityLimiter(self._read_threads), anyio.CapacityLimiter(1))
         return self._limiters[1], self._limiters[2]
 
-    async def read(self, fn: Callable[[Session], T]) -> T:
-        """`read_sync` in a worker thread; at most `read_threads` run concurrently."""
+    async def read(self, fn: Callable[[Session], T], *, abandon_on_cancel: bool = False) -> T:
+        """`read_sync` in a worker thread; at most `read_threads` run concurrently.
+
+        With `abandon_on_cancel`, a cancelled caller stops waiting at once and the read finishes unseen in
+        its thread (for deadline-bound work that would rather use what is ready than wait).
+        """
         read_limiter, _ = self._current_limiters()
-        return await anyio.to_thread.run_sync(self.read_sync, fn, limiter=read_limiter)
+        return await anyio.to_thread.run_sync(
+            self.read_sync, fn, limiter=read_limiter, abandon_on_cancel=abandon_on_cancel
+        )
 
     async def write(self, fn: Callable[[Session], T]) -> T:
         """`write_sync` in a worker thread; writes are serialised."""

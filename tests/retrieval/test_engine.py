@@ -408,3 +408,18 @@ async def test_steps_still_visible_to_the_host_are_not_injected_again(core_facto
         contextHints={"visibleContextUserTexts": ["configure the nginx reverse proxy"]},
     )
     assert old.trace_id not in {h.ref_id for h in by_text.hits}
+
+
+async def test_a_slow_channel_at_the_deadline_returns_what_is_ready(core_factory: Any) -> None:
+    import time as _time
+
+    core = await core_factory()
+    end = await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
+    core.embedder.delay = 5.0  # the query embedding will not finish in time
+    started = _time.monotonic()
+    deadline = int(_time.time() * 1000) + 400
+    result = await start(core, "configure the nginx reverse proxy", session="se_b", deadlineAt=deadline)
+    assert _time.monotonic() - started < 2.0
+    assert result.stats is not None and "deadline:partial" in result.stats.degraded
+    assert [h.ref_id for h in result.hits] == [end.trace_id]  # found by the full-text channel in time
+    assert all(not set(h.channels) & {"vec_summary", "vec_action"} for h in result.hits)
