@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import time
-import uuid
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -39,7 +38,3 @@ def new_id(kind: str) -> str:
     prefix = PREFIXES[kind]
     millis = int(time.time() * 1000) & ((1 << 30) - 1)
     return prefix + _b32(millis, 6) + _b32(secrets.randbits(30), 6)
-
-
-def new_uuid() -> str:
-    return str(uuid.uuid4())

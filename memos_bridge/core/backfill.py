@@ -64,7 +64,7 @@ class EmbeddingBackfill:
             blobs = {row.id: to_blob(np.asarray(matrix[i])) for i, row in enumerate(rows)}
             updated = await self._db.write(partial(self._apply, rows=rows, blobs=blobs))
             for trace in updated:
-                self._vectors.add_trace(trace)
+                self._vectors.upsert("trace", trace)
             result.embedded += len(rows)
 
     @staticmethod

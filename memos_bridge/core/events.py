@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -23,11 +22,10 @@ Listener = Callable[[CoreEventDTO], None]
 
 
 class EventBus:
-    def __init__(self, history: int = 160) -> None:
+    def __init__(self) -> None:
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
-        self.recent: deque[CoreEventDTO] = deque(maxlen=history)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         with self._lock:
@@ -49,7 +47,6 @@ class EventBus:
                 correlation_id=correlation_id,
                 payload=payload,
             )
-            self.recent.append(event)
             listeners = list(self._listeners)
         for listener in listeners:
             try:

@@ -122,6 +122,13 @@ def reopen_episode_sync(outbox: Outbox, episode: EpisodeRow) -> None:
     outbox.add(EventType.EPISODE_OPENED, {"sessionId": episode.session_id, "episodeId": episode.id, "reopened": True})
 
 
+def require_session_sync(db: Session, session_id: str) -> SessionRow:
+    row = repos.get_session(db, session_id)
+    if row is None:
+        raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {session_id}")
+    return row
+
+
 def episode_of_session_sync(db: Session, session: SessionRow, episode_id: str) -> EpisodeRow:
     """The episode, which must exist and belong to `session` (a host must not mix up its sessions)."""
     episode = repos.get_episode(db, episode_id)
@@ -235,9 +242,7 @@ class SessionService:
     async def close_session(self, params: dto.SessionCloseParams) -> dto.OkResult:
         def work(db: Session) -> Outbox:
             outbox = Outbox()
-            row = repos.get_session(db, params.session_id)
-            if row is None:
-                raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
+            row = require_session_sync(db, params.session_id)
             now = now_ms()
             for episode in repos.open_episodes(db, row.id):
                 finalize_episode_sync(outbox, episode, "session_closed", now)
@@ -251,9 +256,7 @@ class SessionService:
     async def open_episode(self, params: dto.EpisodeOpenParams) -> dto.EpisodeOpenResult:
         def work(db: Session) -> tuple[Outbox, str]:
             outbox = Outbox()
-            session = repos.get_session(db, params.session_id)
-            if session is None:
-                raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
+            session = require_session_sync(db, params.session_id)
             now = now_ms()
             for episode in repos.open_episodes(db, session.id):
                 finalize_episode_sync(outbox, episode, "new_episode", now)

@@ -36,6 +36,7 @@ from memos_bridge.core.sessions import (
     owner_of,
     record_turn_sync,
     reopen_episode_sync,
+    require_session_sync,
     route_episode_sync,
     text_hash,
 )
@@ -220,9 +221,7 @@ class TurnService:
         self, db: Session, params: dto.TurnResultDTO, *, create: bool
     ) -> tuple[EpisodeRow, TurnRow | None]:
         """The episode and the user turn this turn.end answers; None when the turn must be created first."""
-        session = repos.get_session(db, params.session_id)
-        if session is None:
-            raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}")
+        session = require_session_sync(db, params.session_id)
         episode = episode_of_session_sync(db, session, params.episode_id)
         new_text = params.user_text
         if new_text:
@@ -300,7 +299,7 @@ class TurnService:
 
         ids, created, store_outbox = await self._db.write(store)
         for trace in created:
-            self._vectors.add_trace(trace)
+            self._vectors.upsert("trace", trace)
         self._sessions.publish(store_outbox)
         for trace in created:
             self._events.emit(

@@ -85,9 +85,6 @@ class VectorStore:
             else:
                 self._indexes[(kind, field)].upsert(row.id, from_blob(blob, self.dim), owner)
 
-    def add_trace(self, row: Any) -> None:
-        self.upsert("trace", row)
-
     def remove(self, kind: str, row_id: str) -> None:
         for field in FIELDS[kind]:
             if (kind, field) in self._loaded:
@@ -114,6 +111,3 @@ class VectorStore:
         """Forget the loaded indexes (e.g. after bulk visibility changes); the next search reloads."""
         self._indexes = {(kind, field): VectorIndex(self.dim) for kind, fields in FIELDS.items() for field in fields}
         self._loaded.clear()
-
-    def size(self, kind: str, field: str) -> int:
-        return len(self._indexes[(kind, field)]) if (kind, field) in self._loaded else -1

@@ -10,8 +10,8 @@ Provenance de-duplication happens here too: an experience that a recalled skill 
 dropped (the skill already carries it), unless the experience changed after the skill was built, in
 which case only its guidance is shown, as an update to that skill.
 
-Budgets are characters per snippet and in total; `approx_tokens` gives the usual chars/4 estimate for
-hosts that budget in tokens.
+Budgets are characters per snippet and in total (`RetrievalSettings.char_budget` turns an approximate
+token budget into characters at 4 characters per token).
 """
 
 from __future__ import annotations
@@ -41,10 +41,6 @@ HEADERS = {
 def escape_markers(text: str) -> str:
     """Neutralise nested block markers so recalled text cannot break out of the block."""
     return _MARKER.sub(lambda m: m.group(0).replace("<", "&lt;").replace(">", "&gt;"), text)
-
-
-def approx_tokens(text: str) -> int:
-    return (len(text) + 3) // 4
 
 
 def format_ts(ts_ms: int) -> str:

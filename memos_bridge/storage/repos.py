@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, func, or_, select, true, update
+from sqlalchemy import ColumnElement, String, func, or_, select, true
 from sqlalchemy.orm import Session, defer
 
 from memos_bridge.storage.models import (
@@ -136,13 +136,6 @@ def get_trace(db: Session, trace_id: str) -> TraceRow | None:
     return db.scalars(select(TraceRow).where(TraceRow.id == trace_id)).first()
 
 
-def traces_by_ids(db: Session, ids: Sequence[str], owner: OwnerFilter | None) -> dict[str, TraceRow]:
-    if not ids:
-        return {}
-    stmt = select(TraceRow).where(TraceRow.id.in_(list(ids)), visible(owner, TraceRow), TraceRow.archived_at.is_(None))
-    return {row.id: row for row in db.scalars(stmt)}
-
-
 def timeline(db: Session, episode: EpisodeRow, *, limit: int, offset: int) -> list[TraceRow]:
     """Episode order (the episode's trace list), not timestamp order: hosts may send skewed clocks."""
     ordered_ids = list(episode.trace_ids_json or [])[offset : offset + limit]
@@ -222,10 +215,6 @@ def iter_vectors(db: Session, kind: str, field: str, batch: int = 5000) -> Itera
         stmt = stmt.where(model.status != "archived")
     for row_id, blob, agent_kind, profile, workspace, scope in db.execute(stmt.execution_options(yield_per=batch)):
         yield row_id, blob, OwnerKey(agent_kind, profile, workspace, scope in SHARED_SCOPES)
-
-
-def set_trace_vectors(db: Session, trace_id: str, values: dict[str, bytes]) -> None:
-    db.execute(update(TraceRow).where(TraceRow.id == trace_id).values(**values))
 
 
 # ---------------------------------------------------------------- logs
