@@ -44,6 +44,8 @@ class ErrorCode(StrEnum):
     LLM_RATE_LIMITED = "llm_rate_limited"
     LLM_TIMEOUT = "llm_timeout"
     LLM_OUTPUT_MALFORMED = "llm_output_malformed"
+    LLM_BUDGET_EXHAUSTED = "llm_budget_exhausted"
+    LLM_CIRCUIT_OPEN = "llm_circuit_open"
     EMBEDDING_UNAVAILABLE = "embedding_unavailable"
     UNKNOWN_METHOD = "unknown_method"
     PROTOCOL_ERROR = "protocol_error"

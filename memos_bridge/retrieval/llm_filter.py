@@ -10,16 +10,16 @@ at least one. Without an LLM the mechanical ranking passes through unchanged.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Final, Literal
 
-import anyio
-
+from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core.text import clip
 from memos_bridge.llm.base import ChatMessage, LLMProvider
+from memos_bridge.llm.facade import LLMFacade
+from memos_bridge.llm.prompts import RETRIEVAL_FILTER, FilterOutput
+from memos_bridge.llm.schema import MalformedOutput, validate_output
 from memos_bridge.retrieval.fusion import Candidate
 from memos_bridge.retrieval.render import (
     EpisodeSnippet,
@@ -32,16 +32,15 @@ from memos_bridge.retrieval.render import (
 
 log = logging.getLogger(__name__)
 
-PROMPT_ID = "retrieval.filter"
-PROMPT_VERSION = 1
+# The prompt itself lives in `llm.prompts` with every other prompt.
+PROMPT_ID: Final = RETRIEVAL_FILTER.id
+PROMPT_VERSION: Final = RETRIEVAL_FILTER.version
+SYSTEM_PROMPT: Final = RETRIEVAL_FILTER.system
+#: `op` of the filter call in `api_logs` and the facade's stats.
+FILTER_OP: Final = "retrieval.filter"
 SAFE_CUTOFF_RATIO = 0.7
 BODY_CHARS = 500
-SYSTEM_PROMPT = (
-    "You decide which recalled memories help with the user's current request. Memories are historical notes "
-    'and may be irrelevant. Answer with JSON only: {"ranked": [numbers of the helpful memories, most helpful '
-    'first], "sufficient": true or false}. Return an empty list when none helps. Never invent numbers.'
-)
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
+QUERY_CHARS = 800
 
 
 @dataclass
@@ -69,39 +68,33 @@ def candidate_body(cand: Candidate) -> str:
     return clip(text, BODY_CHARS)
 
 
+def prompt_variables(query: str, candidates: list[Candidate]) -> dict[str, str]:
+    """The filter prompt's variables: the request and the numbered candidates (kind + short body)."""
+    memories = "\n".join(
+        f"[{number}] ({cand.kind}) {candidate_body(cand)}" for number, cand in enumerate(candidates, 1)
+    )
+    return {"query": clip(query, QUERY_CHARS), "memories": memories}
+
+
 def build_messages(query: str, candidates: list[Candidate]) -> list[ChatMessage]:
-    lines = [f"Request: {clip(query, 800)}", "", "Memories:"]
-    for number, cand in enumerate(candidates, 1):
-        lines.append(f"[{number}] ({cand.kind}) {candidate_body(cand)}")
-    return [ChatMessage("system", SYSTEM_PROMPT), ChatMessage("user", "\n".join(lines))]
+    return RETRIEVAL_FILTER.render(prompt_variables(query, candidates))
+
+
+def _selection(output: FilterOutput, count: int) -> tuple[list[int], bool | None]:
+    """1-based numbers in the model's order, deduplicated and in range (invented numbers are dropped)."""
+    picked: list[int] = []
+    for number in output.ranked:
+        if 1 <= number <= count and number not in picked:
+            picked.append(number)
+    return picked, output.sufficient
 
 
 def parse_selection(text: str, count: int) -> tuple[list[int], bool | None] | None:
     """1-based numbers in the model's order (deduplicated, in range) and `sufficient`; None if malformed."""
-    cleaned = _FENCE.sub("", text.strip())
-    start = cleaned.find("{")
-    end = cleaned.rfind("}")
-    if start < 0 or end <= start:
-        return None
     try:
-        data: Any = json.loads(cleaned[start : end + 1])
-    except ValueError:
+        return _selection(validate_output(text, FilterOutput), count)
+    except MalformedOutput:
         return None
-    if not isinstance(data, dict):
-        return None
-    ranked = data.get("ranked", data.get("selected"))
-    if not isinstance(ranked, list):
-        return None
-    picked: list[int] = []
-    for item in ranked:
-        try:
-            number = int(item)
-        except (TypeError, ValueError):
-            continue
-        if 1 <= number <= count and number not in picked:
-            picked.append(number)
-    sufficient = data.get("sufficient")
-    return picked, sufficient if isinstance(sufficient, bool) else None
 
 
 def safe_cutoff(candidates: list[Candidate], rrf_k: int, max_keep: int) -> list[Candidate]:
@@ -125,18 +118,19 @@ async def llm_filter(
     if llm is None or not llm.available() or len(candidates) < min_candidates or timeout_s <= 0:
         return FilterOutcome(candidates, "passthrough", reason="no llm or too few candidates")
     try:
-        with anyio.fail_after(timeout_s):
-            completion = await llm.complete(
-                build_messages(query, candidates),
-                temperature=0.0,
-                max_tokens=120,
-                timeout_ms=int(timeout_s * 1000),
-            )
-    except Exception as exc:  # the filter is an improvement, never a reason to fail a turn
+        output = await LLMFacade.wrap(llm).complete_json(
+            RETRIEVAL_FILTER,
+            prompt_variables(query, candidates),
+            op=FILTER_OP,
+            timeout_ms=max(1, int(timeout_s * 1000)),
+        )
+    except MemosError as exc:
+        # The filter is an improvement, never a reason to fail a turn.
+        reason = "malformed" if exc.code is ErrorCode.LLM_OUTPUT_MALFORMED else exc.code.value
+        log.info("llm relevance filter failed (%s); using the score cutoff", reason)
+        return FilterOutcome(safe_cutoff(candidates, rrf_k, max_keep), "cutoff", reason=reason)
+    except Exception as exc:
         log.info("llm relevance filter failed (%s); using the score cutoff", type(exc).__name__)
         return FilterOutcome(safe_cutoff(candidates, rrf_k, max_keep), "cutoff", reason=type(exc).__name__)
-    parsed = parse_selection(completion.text, len(candidates))
-    if parsed is None:
-        return FilterOutcome(safe_cutoff(candidates, rrf_k, max_keep), "cutoff", reason="malformed")
-    numbers, sufficient = parsed
+    numbers, sufficient = _selection(output, len(candidates))
     return FilterOutcome([candidates[n - 1] for n in numbers[:max_keep]], "llm", sufficient, "selected")
