@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import numpy as np
 from sqlalchemy.orm import Session
 
@@ -30,6 +32,16 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "world_model": ("vec",),
 }
 TRACE_FIELDS = FIELDS["trace"]
+
+
+@dataclass(frozen=True)
+class VectorJob:
+    """One index search of a batch: which index, how many results, the similarity floor."""
+
+    kind: str
+    field: str
+    k: int
+    min_score: float | None = None
 
 
 class VectorStore:
@@ -101,6 +113,22 @@ class VectorStore:
     ) -> list[tuple[str, float]]:
         index = await self.ensure_loaded(kind, field)
         return index.search(query, k, owner, min_score=min_score)
+
+    async def search_many(
+        self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None
+    ) -> list[list[tuple[str, float]]]:
+        """Several searches with one query vector, in ONE worker-thread hop: a matrix product over 100k
+        rows takes milliseconds, which must not stall the event loop, and a hop per index costs more than
+        the small indexes' searches themselves."""
+        indexes = [await self.ensure_loaded(job.kind, job.field) for job in jobs]
+
+        def run() -> list[list[tuple[str, float]]]:
+            return [
+                index.search(query, job.k, owner, min_score=job.min_score)
+                for index, job in zip(indexes, jobs, strict=True)
+            ]
+
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
 
     def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored vectors of loaded rows (for MMR redundancy), without touching the database."""

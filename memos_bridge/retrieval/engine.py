@@ -19,20 +19,22 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.abc
 import numpy as np
 from sqlalchemy.orm import Session
 
 from memos_bridge.config import RetrievalSettings
 from memos_bridge.contract import dto
-from memos_bridge.contract.errors import MemosError
+from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core.capture import extract_error_signatures, tool_signature
 from memos_bridge.core.text import clip
-from memos_bridge.core.vector_store import VectorStore
+from memos_bridge.core.vector_store import FIELDS as VECTOR_FIELDS
+from memos_bridge.core.vector_store import VectorJob, VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.llm.base import LLMProvider
 from memos_bridge.retrieval import fusion
@@ -50,7 +52,7 @@ from memos_bridge.retrieval.render import (
     WorldSnippet,
     render_block,
 )
-from memos_bridge.storage import repos
+from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import FtsKind, Tokenizer, fts_search, pattern_search
 from memos_bridge.storage.owner import OwnerFilter
@@ -81,6 +83,12 @@ WORLD_MIN_SIM = 0.15
 PRIORITY_HALF_LIFE_DAYS = 30.0
 MIN_SKILL_ETA = 0.1
 LONG_IDENTIFIER = 8
+MAX_QUERY_CHARS = 1500
+
+
+def retrieval_text(text: str) -> str:
+    """The part of a request that is embedded and searched (callers that prefetch its vector use it too)."""
+    return text.strip()[:MAX_QUERY_CHARS]
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,40 @@ class VisibleContext:
         return bool(self.user_texts) and row.user_text in self.user_texts
 
 
-VectorCall = Callable[[], Awaitable[list[tuple[str, float]]]]
+class QueryVector:
+    """A query embedding started early (while the turn is being recorded) that retrieval then awaits.
+
+    `start` runs it in the caller's task group; `wait` returns the vector or raises what the embedder
+    raised. If the computation was cancelled before it finished, `wait` reports the embedder as unavailable.
+    """
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self._vector: np.ndarray | None = None
+        self._error: MemosError | None = None
+        self.started = False
+
+    def start(self, group: anyio.abc.TaskGroup, embedder: Embedder, text: str) -> None:
+        self.started = True
+        group.start_soon(self._compute, embedder, text)
+
+    async def _compute(self, embedder: Embedder, text: str) -> None:
+        try:
+            self._vector = np.asarray((await embedder.embed([text], role="query"))[0])
+        except MemosError as exc:
+            self._error = exc
+        finally:
+            self._done.set()
+
+    async def wait(self) -> np.ndarray:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        if self._vector is None:
+            raise MemosError(ErrorCode.EMBEDDING_UNAVAILABLE, "query embedding was cancelled")
+        return self._vector
+
+
 SqlCall = Callable[[Session], list[tuple[str, float]]]
 
 
@@ -206,8 +247,10 @@ class Retriever:
         deadline_at: int,
         top_k: dto.TopKDTO | None = None,
         injection: InjectionPlan | None = None,
+        query_vector: QueryVector | None = None,
     ) -> dto.RetrievalResultDTO:
-        """Retrieve for `query`; `injection` (from the intent scheduler) may skip retrieval or narrow the tiers."""
+        """Retrieve for `query`; `injection` (from the intent scheduler) may skip retrieval or narrow the tiers;
+        `query_vector`, when started by the caller for the same `retrieval_text`, replaces the embedding."""
         started = time.perf_counter()
         remaining_s = (deadline_at - now_ms()) / 1000
         stats = dto.RetrievalStatsDTO(scenario=injection.scenario if injection else None)
@@ -224,7 +267,7 @@ class Retriever:
             try:
                 with anyio.fail_after(remaining_s):
                     hits, context, found, latency = await self._retrieve(
-                        query, owner, visible, top_k, injection, deadline_at
+                        query, owner, visible, top_k, injection, deadline_at, query_vector
                     )
                 found.scenario = stats.scenario
                 stats = found
@@ -264,8 +307,9 @@ class Retriever:
         top_k: dto.TopKDTO | None,
         injection: InjectionPlan | None = None,
         deadline_at: int | None = None,
+        query_vector: QueryVector | None = None,
     ) -> tuple[list[dto.RetrievalHitDTO], str, dto.RetrievalStatsDTO, dto.TierLatencyDTO]:
-        text = query.query.strip()[:1500]
+        text = retrieval_text(query.query)
         plan = plan_for(query.reason or "turn_start", self._settings, top_k)
         if injection is not None:
             plan = Plan(
@@ -284,17 +328,13 @@ class Retriever:
         kinds = [kind for kind, tier in TIER_OF.items() if tier in plan.caps]
         sql_jobs: list[tuple[str, str, SqlCall]] = []
         for kind in kinds:
-            _, sqls = self._channels(kind, keywords, signatures, None, owner, pool, allowed)
-            sql_jobs += [(kind, name, call) for name, call in sqls]
+            sql_jobs += [
+                (kind, name, call) for name, call in self._channels(kind, keywords, signatures, owner, allowed)
+            ]
 
         def add_time(kind: str, seconds: float) -> None:
             tier = TIER_OF[kind]
             tier_ms[tier] = tier_ms.get(tier, 0.0) + seconds * 1000
-
-        async def run_vector(kind: str, name: str, call: VectorCall) -> None:
-            started = time.perf_counter()
-            await self._run_channel(collector, kind, name, call, stats)
-            add_time(kind, time.perf_counter() - started)
 
         def run_sql(db: Session) -> list[tuple[str, str, list[tuple[str, float]] | None, float]]:
             """Every keyword channel in ONE worker-thread hop (dozens of hops cost more than the SQL)."""
@@ -325,12 +365,9 @@ class Retriever:
         with anyio.move_on_after(budget) as channel_scope:
             async with anyio.create_task_group() as group:
                 group.start_soon(run_sqls)  # keyword channels need no query vector: they run while it embeds
-                query_vec = await self._embed_query(text, allowed, stats)
+                query_vec = await self._embed_query(text, allowed, stats, query_vector)
                 if query_vec is not None:
-                    for kind in kinds:
-                        vectors, _ = self._channels(kind, keywords, signatures, query_vec, owner, pool, allowed)
-                        for name, call in vectors:
-                            group.start_soon(run_vector, kind, name, call)
+                    await self._run_vectors(collector, kinds, query_vec, owner, pool, allowed, stats, add_time)
         if channel_scope.cancelled_caught:
             stats.degraded.append("deadline:partial")
 
@@ -363,7 +400,7 @@ class Retriever:
         recalled_policies = {c.ref_id for c in picked if c.kind == "experience"}
         if trace_ids:
             prefer, avoid = await self._db.read(
-                lambda db: repos.linked_guidance(db, trace_ids, owner, exclude=recalled_policies)
+                lambda db: hotpath.linked_guidance(db, trace_ids, owner, exclude=recalled_policies)
             )
             data.linked_preference, data.linked_anti_pattern = prefer, avoid
         context = render_block(
@@ -383,11 +420,17 @@ class Retriever:
         return hits, context, stats, latency
 
     async def _embed_query(
-        self, text: str, allowed: frozenset[str] | None, stats: dto.RetrievalStatsDTO
+        self,
+        text: str,
+        allowed: frozenset[str] | None,
+        stats: dto.RetrievalStatsDTO,
+        query_vector: QueryVector | None,
     ) -> np.ndarray | None:
         if allowed is not None and not (allowed & fusion.VECTOR_CHANNELS):
             return None
         try:
+            if query_vector is not None and query_vector.started:
+                return await query_vector.wait()
             return np.asarray((await self._embedder.embed([text], role="query"))[0])
         except MemosError as exc:
             stats.degraded.append(f"embedding:{exc.code.value}")  # keyword channels still run
@@ -398,29 +441,14 @@ class Retriever:
         kind: str,
         keywords: KeywordQuery,
         signatures: list[str],
-        query_vec: np.ndarray | None,
         owner: OwnerFilter | None,
-        pool: int,
         allowed: frozenset[str] | None,
-    ) -> tuple[list[tuple[str, VectorCall]], list[tuple[str, SqlCall]]]:
-        """One kind's channels, each returning ranked (id, score): vector searches (in memory, awaited on
-        the event loop) and SQL channels (run together in one worker thread by the caller)."""
+    ) -> list[tuple[str, SqlCall]]:
+        """One kind's SQL channels, each returning ranked (id, score); the caller runs them together in one
+        worker thread."""
         fts_kind: FtsKind = kind  # type: ignore[assignment]
-        min_sim = WORLD_MIN_SIM if kind == "world_model" else self._settings.min_trace_sim
         keyword_top = self._settings.keyword_top_k
-        vectors: list[tuple[str, VectorCall]] = []
         channels: list[tuple[str, SqlCall]] = []
-
-        def vector(field: str) -> VectorCall:
-            async def run() -> list[tuple[str, float]]:
-                assert query_vec is not None
-                found = await self._vectors.search(kind, field, query_vec, pool, owner, min_score=min_sim)
-                if not found:
-                    return []
-                floor = max(min_sim, found[0][1] * 0.45)  # adaptive floor: far below the best is noise
-                return [(i, s) for i, s in found if s >= floor]
-
-            return run
 
         def fts(tokenizer: Tokenizer, terms: str) -> Callable[[Session], list[tuple[str, float]]]:
             def run(db: Session) -> list[tuple[str, float]]:
@@ -429,9 +457,6 @@ class Retriever:
 
             return run
 
-        if query_vec is not None:
-            fields = ("vec_summary", "vec_action") if kind == "trace" else ("vec",)
-            vectors += [(field, vector(field)) for field in fields]
         if keywords.word:
             channels.append(("fts_word", fts("word", keywords.word)))
         if keywords.trigram:
@@ -446,27 +471,45 @@ class Retriever:
         if kind == "trace" and signatures:
 
             def structural(db: Session) -> list[tuple[str, float]]:
-                return [(i, 0.9) for i, _ in repos.traces_with_signatures(db, signatures, owner, keyword_top)]
+                return [(i, 0.9) for i, _ in hotpath.traces_with_signatures(db, signatures, owner, keyword_top)]
 
             channels.append(("structural", structural))
         if allowed is not None:
-            vectors = [(name, call) for name, call in vectors if name in allowed]
             channels = [(name, call) for name, call in channels if name in allowed]
-        return vectors, channels
+        return channels
 
-    @staticmethod
-    async def _run_channel(
+    async def _run_vectors(
+        self,
         collector: _Collector,
-        kind: str,
-        channel: str,
-        call: VectorCall,
+        kinds: list[str],
+        query_vec: np.ndarray,
+        owner: OwnerFilter | None,
+        pool: int,
+        allowed: frozenset[str] | None,
         stats: dto.RetrievalStatsDTO,
+        add_time: Callable[[str, float], None],
     ) -> None:
+        """Every vector channel of the plan (traces: summary and action vectors; others: one vector)."""
+        jobs = [
+            VectorJob(kind, field, pool, WORLD_MIN_SIM if kind == "world_model" else self._settings.min_trace_sim)
+            for kind in kinds
+            for field in VECTOR_FIELDS[kind]
+            if allowed is None or field in allowed
+        ]
+        if not jobs:
+            return
+        started = time.perf_counter()
         try:
-            collector.record(kind, channel, await call())
+            results = await self._vectors.search_many(jobs, query_vec, owner)
         except Exception:
-            log.exception("retrieval channel %s/%s failed", kind, channel)
-            stats.degraded.append(f"{kind}:{channel}")
+            log.exception("vector channels failed")
+            stats.degraded.extend(f"{job.kind}:{job.field}" for job in jobs)
+            return
+        for job, found in zip(jobs, results, strict=True):
+            add_time(job.kind, (time.perf_counter() - started) / len(jobs))
+            if found:
+                floor = max(job.min_score or 0.0, found[0][1] * 0.45)  # adaptive: far below the best is noise
+                collector.record(job.kind, job.field, [(i, score) for i, score in found if score >= floor])
 
     # ------------------------------------------------------------ hydration and roll-ups
 
@@ -484,7 +527,7 @@ class Retriever:
 
         def load(db: Session) -> dict[str, dict[str, Any]]:
             return {
-                kind: repos.rows_by_ids(db, kind, [c.ref_id for c in group], owner) for kind, group in by_kind.items()
+                kind: hotpath.rows_by_ids(db, kind, [c.ref_id for c in group], owner) for kind, group in by_kind.items()
             }
 
         rows = await self._db.read(load)
@@ -594,7 +637,7 @@ class Retriever:
         ready = {episode: ready[episode] for episode in best_first[:MAX_ROLLUPS]}
         if not ready or query_vec is None:
             return candidates
-        steps = await self._db.read(lambda db: repos.episode_steps(db, list(ready)))
+        steps = await self._db.read(lambda db: hotpath.episode_steps(db, list(ready)))
         goals = self._vectors.vectors_of("trace", "vec_summary", [rows[0].id for rows in steps.values() if rows])
         rolled: dict[str, Candidate] = {}
         for episode, members in ready.items():

@@ -22,7 +22,6 @@ nothing (PostgreSQL full-text search can be added behind the same functions late
 from __future__ import annotations
 
 import functools
-import operator
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,20 +31,12 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Table,
-    Text,
-    case,
-    cast,
-    column,
-    func,
-    literal_column,
-    or_,
-    select,
-    table,
+    text,
     true,
 )
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.expression import ColumnClause
+from sqlalchemy.sql.elements import TextClause
 
 from memos_bridge.storage.models import PolicyRow, SearchableMixin, SkillRow, TraceRow, WorldModelRow
 from memos_bridge.storage.owner import OwnerFilter
@@ -233,6 +224,12 @@ def _is_sqlite(session: Session) -> bool:
     return session.get_bind().dialect.name == "sqlite"
 
 
+INNER_FACTOR = 5
+INNER_MIN = 100
+"""`fts_search` ranks the best max(limit·5, 100) index matches before joining the base table; only when
+namespace/archive filtering leaves fewer than `limit` of a saturated inner set does it rank every match."""
+
+
 def fts_search(
     session: Session,
     kind: FtsKind,
@@ -247,27 +244,50 @@ def fts_search(
     The score is −bm25 (higher is better; only comparable within one query and tokenizer). Rows outside
     the owner's namespace (unless shared; `owner=None` = no filter) and archived rows are excluded.
     Returns [] on non-SQLite.
+
+    Why two steps: joining the base table for *every* match before ranking cost 2–6 ms for common words at
+    10k traces (a B-tree lookup per match); ranking inside the index first and joining only the best few
+    halves that. A namespace that owns few of the top matches falls back to the exhaustive form.
     """
     if limit <= 0 or not _is_sqlite(session):
         return []
     expr = match_expression(query_terms(query_text), tokenizer)
     if expr is None:
         return []
+    inner = max(limit * INNER_FACTOR, INNER_MIN)
+    params: dict[str, Any] = {"expr": expr, "limit": limit, "inner": inner}
+    owner_sql = "1 = 1"
+    if owner is not None:
+        owner_sql, owner_params = owner.sql("b", shareable=True)
+        params.update(owner_params)
+    top = session.execute(_fts_statement(kind, tokenizer, owner_sql, exhaustive=False), params).all()
+    if len(top) < limit and _saturated(session, kind, tokenizer, expr, inner):
+        top = session.execute(_fts_statement(kind, tokenizer, owner_sql, exhaustive=True), params).all()
+    return [(str(row_id), -float(score)) for row_id, score in top]
+
+
+@functools.cache
+def _fts_statement(kind: FtsKind, tokenizer: Tokenizer, owner_sql: str, *, exhaustive: bool) -> TextClause:
+    """The (cached) ranking statement for one kind, tokenizer and owner predicate shape."""
     spec = FTS_SPECS[kind]
-    base = spec.base_table
-    fts_name = spec.fts_table(tokenizer)
-    fts = table(fts_name, column("rowid"))
-    fts_ref: ColumnClause[Any] = literal_column(fts_name)
-    rank = func.bm25(fts_ref)
-    stmt = (
-        select(base.c.id, rank)
-        .select_from(fts.join(base, base.c.rid == fts.c.rowid))
-        .where(fts_ref.op("MATCH")(expr))
-        .where(_visible(owner, spec), base.c.archived_at.is_(None))
-        .order_by(rank, base.c.rid.desc())
-        .limit(limit)
+    base, fts = _q(spec.base_table.name), _q(spec.fts_table(tokenizer))
+    if exhaustive:
+        source = f"SELECT rowid AS rid, bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH :expr"
+    else:
+        source = (
+            f"SELECT rowid AS rid, bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH :expr ORDER BY score LIMIT :inner"
+        )
+    return text(
+        f"SELECT b.id, s.score FROM ({source}) AS s JOIN {base} AS b ON b.rid = s.rid "
+        f"WHERE b.archived_at IS NULL AND {owner_sql} ORDER BY s.score, b.rid DESC LIMIT :limit"
     )
-    return [(str(row_id), -float(score)) for row_id, score in session.execute(stmt)]
+
+
+def _saturated(session: Session, kind: FtsKind, tokenizer: Tokenizer, expr: str, inner: int) -> bool:
+    """Whether the index holds more than `inner` matches (so the first step may have cut some off)."""
+    fts = _q(FTS_SPECS[kind].fts_table(tokenizer))
+    stmt = text(f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH :expr LIMIT :probe)")
+    return int(session.execute(stmt, {"expr": expr, "probe": inner + 1}).scalar_one()) > inner
 
 
 def _visible(owner: OwnerFilter | None, spec: FtsSpec) -> ColumnElement[bool]:
@@ -299,17 +319,28 @@ def pattern_search(
     wanted = _distinct(_clean(t).strip() for t in terms)
     if not wanted:
         return []
-    spec = FTS_SPECS[kind]
-    base = spec.base_table
-    cols = [cast(base.c[name], Text) for name in spec.columns]
-    hits = [case((or_(*(col.like(_like_pattern(term), escape="\\") for col in cols)), 1), else_=0) for term in wanted]
-    matched = functools.reduce(operator.add, hits).label("matched")
-    stmt = (
-        select(base.c.id, matched)
-        .where(_visible(owner, spec), base.c.archived_at.is_(None))
-        .where(matched > 0)
-        .order_by(matched.desc(), base.c.rid.desc())
-        .limit(limit)
-    )
+    params: dict[str, Any] = {f"t{i}": _like_pattern(term) for i, term in enumerate(wanted)}
+    params["limit"] = limit
+    owner_sql = "1 = 1"
+    if owner is not None:
+        owner_sql, owner_params = owner.sql("b", shareable=True)
+        params.update(owner_params)
     total = float(len(wanted))
-    return [(str(row_id), int(count) / total) for row_id, count in session.execute(stmt)]
+    rows = session.execute(_pattern_statement(kind, len(wanted), owner_sql), params)
+    return [(str(row_id), int(count) / total) for row_id, count in rows]
+
+
+@functools.cache
+def _pattern_statement(kind: FtsKind, n_terms: int, owner_sql: str) -> TextClause:
+    """Count, per row, how many of the n LIKE patterns any indexed column contains (cached per shape)."""
+    spec = FTS_SPECS[kind]
+    cols = [f"CAST(b.{_q(name)} AS TEXT)" for name in spec.columns]
+    hits = " + ".join(
+        "(CASE WHEN " + " OR ".join(f"{col} LIKE :t{i} ESCAPE '\\'" for col in cols) + " THEN 1 ELSE 0 END)"
+        for i in range(n_terms)
+    )
+    base = _q(spec.base_table.name)
+    return text(
+        f"SELECT id, matched FROM (SELECT b.id AS id, b.rid AS rid, {hits} AS matched FROM {base} AS b "
+        f"WHERE b.archived_at IS NULL AND {owner_sql}) WHERE matched > 0 ORDER BY matched DESC, rid DESC LIMIT :limit"
+    )

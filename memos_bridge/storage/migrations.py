@@ -39,7 +39,7 @@ from sqlalchemy.schema import CreateColumn
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.storage.engine import fts5_available, is_sqlite, sqlite_version, writer
 from memos_bridge.storage.fts import create_fts, rebuild_fts
-from memos_bridge.storage.models import Base, SchemaMigrationRow
+from memos_bridge.storage.models import Base, DecisionRepairRow, PolicyRow, SchemaMigrationRow
 from memos_bridge.timeutil import now_ms
 
 _MIGRATIONS_TABLE = Base.metadata.tables[SchemaMigrationRow.__tablename__]
@@ -110,9 +110,24 @@ def _fts5(conn: Connection) -> None:
     rebuild_fts(conn)
 
 
+def _learning_columns(conn: Connection) -> None:
+    """Issue 4: policy pattern signatures; decision repairs know their episode, tool, source and policies."""
+    ensure_column(conn, _table(PolicyRow).c.signature)
+    repairs = _table(DecisionRepairRow)
+    for name in ("episode_id", "tool", "source", "severity", "confidence", "attached_policy_ids_json"):
+        ensure_column(conn, repairs.c[name])
+
+
+def _table(model: type[Any]) -> Table:
+    tbl = model.__table__
+    assert isinstance(tbl, Table)
+    return tbl
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline", _baseline),
     Migration(2, "fts5", _fts5),
+    Migration(3, "learning_columns", _learning_columns),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

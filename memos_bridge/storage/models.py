@@ -333,6 +333,9 @@ class PolicyRow(SearchableMixin, Base):
     )
     verifier_meta_json: Mapped[Any] = _json_nullable()
     skill_eligible: Mapped[bool] = _bool(False)
+    # L2 pattern signature "primaryTag|secondaryTag|tool|errCode" of the evidence it was induced from, so
+    # association can add the signature bonus the reference designed but never wired ("" = unknown).
+    signature: Mapped[str] = _str("")
     vec: Mapped[bytes | None] = _vector()
     created_at: Mapped[int] = _ms()
     updated_at: Mapped[int] = _ms()
@@ -467,6 +470,12 @@ class DecisionRepairRow(OwnershipMixin, Base):
     high_value_traces_json: Mapped[list[str]] = _json_list()
     low_value_traces_json: Mapped[list[str]] = _json_list()
     validated: Mapped[bool] = _bool(False)
+    episode_id: Mapped[str | None] = _str(nullable=True)
+    tool: Mapped[str | None] = _str(nullable=True)
+    source: Mapped[str] = _str("failure_burst")  # failure_burst | user_correction
+    severity: Mapped[str] = _str("warn")  # info | warn
+    confidence: Mapped[float] = _float(0.5)
+    attached_policy_ids_json: Mapped[list[str]] = _json_list()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -75,6 +75,26 @@ class OwnerFilter:
             return True
         return isinstance(row, ShareMixin) and row.share_scope in SHARED_SCOPES
 
+    def sql(self, alias: str, *, shareable: bool) -> tuple[str, dict[str, Any]]:
+        """The same predicate as `clause`, as SQL text over table alias `alias` with bound parameters.
+
+        For hand-written hot-path statements (`storage/hotpath.py`), where building a Core expression per
+        call costs more than running the query. `IS` is SQLite's null-safe equality.
+        """
+        own = (
+            f"({alias}.owner_agent_kind = :owner_agent AND {alias}.owner_profile_id = :owner_profile"
+            f" AND {alias}.owner_workspace_id IS :owner_workspace)"
+        )
+        params: dict[str, Any] = {
+            "owner_agent": self.agent_kind,
+            "owner_profile": self.profile_id,
+            "owner_workspace": self.workspace_id,
+        }
+        if shareable:
+            scopes = ", ".join(f"'{scope}'" for scope in SHARED_SCOPES)
+            return f"({own} OR {alias}.share_scope IN ({scopes}))", params
+        return own, params
+
     def clause(self, model: type[OwnershipMixin]) -> ColumnElement[bool]:
         """WHERE clause selecting the rows of `model` visible in this namespace.
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, func, or_, select, true
-from sqlalchemy.orm import Session, defer
+from sqlalchemy import ColumnElement, func, or_, select, true
+from sqlalchemy.orm import Session
 
 from memos_bridge.storage.models import (
     ApiLogRow,
@@ -19,7 +19,6 @@ from memos_bridge.storage.models import (
     PolicyRow,
     SessionRow,
     SkillRow,
-    TracePolicyLinkRow,
     TraceRow,
     TurnRow,
     WorldModelRow,
@@ -257,82 +256,3 @@ def due_embedding_retries(db: Session, now: int, limit: int) -> list[EmbeddingRe
 def pending_embedding_retries(db: Session) -> int:
     stmt = select(func.count()).select_from(EmbeddingRetryRow).where(EmbeddingRetryRow.status == "pending")
     return int(db.scalar(stmt) or 0)
-
-
-# ---------------------------------------------------------------- retrieval helpers
-
-
-def rows_by_ids(db: Session, kind: str, ids: Sequence[str], owner: OwnerFilter | None) -> dict[str, Any]:
-    """Visible, live rows of `kind` by id (archived rows are never recalled)."""
-    if not ids:
-        return {}
-    model = SEARCHABLE_MODELS[kind]
-    stmt = (
-        select(model)
-        .where(model.id.in_(list(ids)), visible(owner, model), model.archived_at.is_(None))
-        # Vectors come from the in-memory index; loading the blobs (1.5 KB each) only slows the read.
-        .options(*(defer(getattr(model, f)) for f in VECTOR_COLUMNS[kind]))
-    )
-    if hasattr(model, "status"):
-        stmt = stmt.where(model.status != "archived")
-    return {row.id: row for row in db.scalars(stmt)}
-
-
-def traces_with_signatures(
-    db: Session, signatures: Sequence[str], owner: OwnerFilter | None, limit: int
-) -> list[tuple[str, float]]:
-    """Traces whose stored error signatures include one of `signatures`: (id, share matched), newest first."""
-    if not signatures:
-        return []
-    hits: dict[str, int] = {}
-    for signature in signatures:
-        needle = '%"' + signature.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + '"%'
-        stmt = (
-            select(TraceRow.id)
-            .where(
-                TraceRow.error_signatures_json.cast(String).like(needle, escape="\\"),
-                visible(owner, TraceRow),
-                TraceRow.archived_at.is_(None),
-            )
-            .order_by(TraceRow.ts.desc())
-            .limit(limit)
-        )
-        for (trace_id,) in db.execute(stmt):
-            hits[trace_id] = hits.get(trace_id, 0) + 1
-    ranked = sorted(hits.items(), key=lambda item: item[1], reverse=True)[:limit]
-    return [(trace_id, count / len(signatures)) for trace_id, count in ranked]
-
-
-def episode_steps(db: Session, episode_ids: Sequence[str]) -> dict[str, list[TraceRow]]:
-    """The traces of each episode in episode order (for "similar past tasks" roll-ups)."""
-    out: dict[str, list[TraceRow]] = {}
-    for episode in db.scalars(select(EpisodeRow).where(EpisodeRow.id.in_(list(episode_ids)))):
-        order = list(episode.trace_ids_json or [])[:40]
-        rows = {r.id: r for r in db.scalars(select(TraceRow).where(TraceRow.id.in_(order)))}
-        out[episode.id] = [rows[i] for i in order if i in rows]
-    return out
-
-
-def linked_guidance(
-    db: Session, trace_ids: Sequence[str], owner: OwnerFilter | None, *, exclude: set[str]
-) -> tuple[list[str], list[str]]:
-    """Prefer/avoid lines of live policies linked to these traces (policies in `exclude` left out)."""
-    stmt = (
-        select(PolicyRow.id, PolicyRow.decision_guidance_json)
-        .join(TracePolicyLinkRow, TracePolicyLinkRow.policy_id == PolicyRow.id)
-        .where(
-            TracePolicyLinkRow.trace_id.in_(list(trace_ids)),
-            visible(owner, PolicyRow),
-            PolicyRow.archived_at.is_(None),
-            PolicyRow.status != "archived",
-        )
-        .order_by(PolicyRow.updated_at.desc())
-    )
-    prefer: list[str] = []
-    avoid: list[str] = []
-    for policy_id, guidance in db.execute(stmt):
-        if policy_id in exclude or not isinstance(guidance, dict):
-            continue
-        prefer.extend(line for line in guidance.get("preference", []) if line not in prefer)
-        avoid.extend(line for line in guidance.get("antiPattern", []) if line not in avoid)
-    return prefer[:5], avoid[:5]

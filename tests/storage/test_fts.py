@@ -191,6 +191,27 @@ def test_owner_filter_hides_other_namespaces_and_archived(session: Session) -> N
     assert {h[0] for h in fts_search(session, "trace", "zebra", owner=workspace)} == {"tr_public"}
 
 
+def test_namespace_with_few_of_many_matches_still_gets_them(session: Session) -> None:
+    """The top-N-first plan must not lose a namespace's rows that rank below other namespaces' rows."""
+    seed_episode(session, OTHER, suffix="other")
+    for i in range(130):  # denser matches: rank above ours
+        add_trace(
+            session,
+            f"tr_theirs_{i}",
+            summary="zebra zebra zebra",
+            episode_id="ep_other",
+            session_id="se_other",
+            owner=OTHER,
+        )
+    add_trace(session, "tr_mine_a", summary="a long sentence that mentions a zebra once among many other words")
+    add_trace(session, "tr_mine_b", summary="another long sentence with one zebra and plenty of filler words")
+    session.commit()
+    for tokenizer in ("word", "trigram"):
+        assert set(ids(session, "zebra", tokenizer)) == {"tr_mine_a", "tr_mine_b"}
+    theirs = fts_search(session, "trace", "zebra", owner=OTHER, limit=20)
+    assert len(theirs) == 20 and all(h[0].startswith("tr_theirs_") for h in theirs)
+
+
 # ------------------------------------------------------------------------------------------ pattern search
 
 

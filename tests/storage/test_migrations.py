@@ -65,7 +65,7 @@ def test_old_database_upgrades_in_place_and_fts_finds_old_rows(bare_engine: Engi
         add_trace(session, "tr_old", summary="legacy parsing of infoTable rows", agent_text="解析每个持仓")
         session.commit()
 
-    assert migrate(bare_engine) == [2]
+    assert migrate(bare_engine) == [m.version for m in migrations.MIGRATIONS if m.version > 1]
     assert current_version(bare_engine) == LATEST_VERSION
     with Session(bare_engine) as session:
         assert fts_search(session, "trace", "parse", owner=OWNER, tokenizer="word")[0][0] == "tr_old"
@@ -94,6 +94,31 @@ def test_schema_matches_orm_exactly(engine: Engine) -> None:
         assert db_columns == set(table.columns.keys()), name
         db_indexes = {ix["name"] for ix in inspector.get_indexes(name)}
         assert {ix.name for ix in table.indexes} <= db_indexes, name
+
+
+def test_version_2_database_gains_the_learning_columns(bare_engine: Engine) -> None:
+    """Migration 3 on a database written before it: the columns appear, existing rows get the defaults."""
+    assert migrate(bare_engine, target=2) == [1, 2]
+    added = {
+        "policies": ["signature"],
+        "decision_repairs": ["episode_id", "tool", "source", "severity", "confidence", "attached_policy_ids_json"],
+    }
+    with bare_engine.begin() as conn:
+        for table, columns in added.items():
+            for column in columns:
+                conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.exec_driver_sql(
+            "INSERT INTO decision_repairs (id, ts, context_hash, preference, anti_pattern, high_value_traces_json,"
+            " low_value_traces_json, validated, owner_agent_kind, owner_profile_id) VALUES"
+            " ('dr_old', 1, 'h', 'Prefer x', 'Avoid y', '[]', '[]', 0, 'a', 'p')"
+        )
+    assert migrate(bare_engine) == [3]
+    inspector = inspect(bare_engine)
+    for table, columns in added.items():
+        assert set(columns) <= {c["name"] for c in inspector.get_columns(table)}
+    with bare_engine.connect() as conn:
+        row = conn.exec_driver_sql("SELECT source, severity, attached_policy_ids_json FROM decision_repairs").one()
+    assert tuple(row) == ("failure_burst", "warn", "[]")
 
 
 def test_database_from_a_newer_build_is_refused(engine: Engine) -> None:

@@ -1,0 +1,208 @@
+"""Reads on the `turn.start` hot path, as cached hand-written statements.
+
+Why not the Core expression API used everywhere else: building and cache-keying a `select()` costs
+0.3–0.8 ms of Python per call, while the SQLite work of these reads is 0.05–0.2 ms. A turn runs a dozen of
+them (four kinds × several channels, hydration, roll-ups, linked guidance), which made statement
+construction alone a third of the 15 ms latency budget. Here each statement is built once per shape
+(`functools.cache`) as a typed `text()` construct; results keep attribute access (`row.summary`) and the
+column types' result processing (JSON decoded, booleans).
+
+Each function applies the same visibility rules as `repos`: the owner predicate (`OwnerFilter.sql`, the
+twin of `OwnerFilter.clause`) and "archived rows are never recalled".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, Table, bindparam, text
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.selectable import TextualSelect
+
+from memos_bridge.storage.models import EpisodeRow, PolicyRow, SkillRow, TracePolicyLinkRow, TraceRow, WorldModelRow
+from memos_bridge.storage.owner import OwnerFilter
+
+
+def _table(model: type[Any]) -> Table:
+    tbl = model.__table__
+    assert isinstance(tbl, Table)
+    return tbl
+
+
+TRACES, EPISODES, POLICIES, LINKS = _table(TraceRow), _table(EpisodeRow), _table(PolicyRow), _table(TracePolicyLinkRow)
+SEARCHABLE_TABLES: dict[str, Table] = {
+    "trace": TRACES,
+    "policy": POLICIES,
+    "skill": _table(SkillRow),
+    "world_model": _table(WorldModelRow),
+}
+HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
+    # What ranking and rendering read (`retrieval/engine.py`): every other column, above all the JSON ones
+    # (decoding them was half the cost of hydration) and the vector blobs (in memory already), stays put.
+    "trace": (
+        "id",
+        "episode_id",
+        "session_id",
+        "ts",
+        "step_index",
+        "user_text",
+        "agent_text",
+        "summary",
+        "tool_calls_json",
+        "value",
+        "priority",
+    ),
+    "policy": (
+        "id",
+        "status",
+        "experience_type",
+        "title",
+        "trigger",
+        "procedure",
+        "verification",
+        "boundary",
+        "decision_guidance_json",
+        "salience",
+        "confidence",
+        "gain",
+        "updated_at",
+    ),
+    "skill": (
+        "id",
+        "status",
+        "eta",
+        "name",
+        "invocation_guide",
+        "procedure_json",
+        "source_policies_json",
+        "updated_at",
+    ),
+    "world_model": ("id", "status", "confidence", "title", "body"),
+}
+SHAREABLE = True  # every searchable table has a share scope
+
+
+def _owner(owner: OwnerFilter | None, alias: str) -> tuple[str, dict[str, Any]]:
+    if owner is None:
+        return "1 = 1", {}
+    return owner.sql(alias, shareable=SHAREABLE)
+
+
+# ------------------------------------------------------------------------------------------ hydration
+
+
+@functools.cache
+def _rows_statement(kind: str, owner_sql: str) -> TextualSelect:
+    tbl = SEARCHABLE_TABLES[kind]
+    columns = [tbl.c[name] for name in HYDRATED_COLUMNS[kind]]
+    names = ", ".join(f'b."{c.name}"' for c in columns)
+    status = " AND b.status != 'archived'" if "status" in tbl.columns else ""
+    stmt = text(
+        f'SELECT {names} FROM "{tbl.name}" AS b WHERE b.id IN :ids AND b.archived_at IS NULL{status} AND {owner_sql}'
+    ).bindparams(bindparam("ids", expanding=True))
+    return stmt.columns(*[c._copy() for c in columns])
+
+
+def rows_by_ids(db: Session, kind: str, ids: Sequence[str], owner: OwnerFilter | None) -> dict[str, Row[Any]]:
+    """Visible, live rows of `kind` by id, with the `HYDRATED_COLUMNS` of that kind."""
+    if not ids:
+        return {}
+    owner_sql, params = _owner(owner, "b")
+    rows = db.execute(_rows_statement(kind, owner_sql), {"ids": list(ids), **params})
+    return {row.id: row for row in rows}
+
+
+# ------------------------------------------------------------------------------------------ roll-ups
+
+_EPISODE_TRACE_IDS = (
+    text("SELECT id, trace_ids_json FROM episodes WHERE id IN :ids")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(EPISODES.c.id._copy(), EPISODES.c.trace_ids_json._copy())
+)
+
+_STEP_COLUMNS = ("id", "ts", "user_text", "agent_text", "summary")
+_STEPS = (
+    text(f"SELECT {', '.join(_STEP_COLUMNS)} FROM traces WHERE id IN :ids")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(*[TRACES.c[name]._copy() for name in _STEP_COLUMNS])
+)
+
+MAX_ROLLUP_STEPS = 40
+
+
+def episode_steps(db: Session, episode_ids: Sequence[str]) -> dict[str, list[Row[Any]]]:
+    """The traces of each episode in episode order (id, ts, user_text, agent_text, summary)."""
+    if not episode_ids:
+        return {}
+    orders = {
+        row.id: list(row.trace_ids_json or [])[:MAX_ROLLUP_STEPS]
+        for row in db.execute(_EPISODE_TRACE_IDS, {"ids": list(episode_ids)})
+    }
+    wanted = [trace_id for order in orders.values() for trace_id in order]
+    rows = {row.id: row for row in db.execute(_STEPS, {"ids": wanted})} if wanted else {}
+    return {episode: [rows[i] for i in order if i in rows] for episode, order in orders.items()}
+
+
+# ------------------------------------------------------------------------------------------ channels
+
+
+@functools.cache
+def _signature_statement(owner_sql: str) -> TextClause:
+    return text(
+        "SELECT b.id FROM traces AS b WHERE CAST(b.error_signatures_json AS TEXT) LIKE :needle ESCAPE '\\' "
+        f"AND b.archived_at IS NULL AND {owner_sql} ORDER BY b.ts DESC LIMIT :limit"
+    )
+
+
+def traces_with_signatures(
+    db: Session, signatures: Sequence[str], owner: OwnerFilter | None, limit: int
+) -> list[tuple[str, float]]:
+    """Traces whose stored error signatures include one of `signatures`: (id, share matched), best first."""
+    if not signatures:
+        return []
+    owner_sql, params = _owner(owner, "b")
+    stmt = _signature_statement(owner_sql)
+    hits: dict[str, int] = {}
+    for signature in signatures:
+        needle = '%"' + signature.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + '"%'
+        for (trace_id,) in db.execute(stmt, {"needle": needle, "limit": limit, **params}):
+            hits[trace_id] = hits.get(trace_id, 0) + 1
+    ranked = sorted(hits.items(), key=lambda item: item[1], reverse=True)[:limit]
+    return [(trace_id, count / len(signatures)) for trace_id, count in ranked]
+
+
+# ------------------------------------------------------------------------------------------ guidance
+
+
+@functools.cache
+def _guidance_statement(owner_sql: str) -> TextualSelect:
+    return (
+        text(
+            f'SELECT DISTINCT b.id, b.decision_guidance_json, b.updated_at FROM "{POLICIES.name}" AS b '
+            f'JOIN "{LINKS.name}" AS l ON l.policy_id = b.id '
+            f"WHERE l.trace_id IN :ids AND b.archived_at IS NULL AND b.status != 'archived' AND {owner_sql} "
+            "ORDER BY b.updated_at DESC"
+        )
+        .bindparams(bindparam("ids", expanding=True))
+        .columns(POLICIES.c.id._copy(), POLICIES.c.decision_guidance_json._copy(), POLICIES.c.updated_at._copy())
+    )
+
+
+def linked_guidance(
+    db: Session, trace_ids: Sequence[str], owner: OwnerFilter | None, *, exclude: set[str]
+) -> tuple[list[str], list[str]]:
+    """Prefer/avoid lines of live policies linked to these traces (policies in `exclude` left out)."""
+    if not trace_ids:
+        return [], []
+    owner_sql, params = _owner(owner, "b")
+    prefer: list[str] = []
+    avoid: list[str] = []
+    for policy_id, guidance, _ in db.execute(_guidance_statement(owner_sql), {"ids": list(trace_ids), **params}):
+        if policy_id in exclude or not isinstance(guidance, dict):
+            continue
+        prefer.extend(line for line in guidance.get("preference", []) if line not in prefer)
+        avoid.extend(line for line in guidance.get("antiPattern", []) if line not in avoid)
+    return prefer[:5], avoid[:5]
