@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
 
@@ -72,6 +72,13 @@ class SessionSettings(_Section):
     merge_max_gap_ms: int = Field(7_200_000, ge=0, description="Gap after which a turn starts a new episode.")
     max_turns_per_episode: int = Field(30, ge=0, description="User turns per episode (0 = no cap).")
     turn_key_cache: int = Field(4096, ge=16, description="Remembered turn.start results for turnKey retries.")
+    relation_llm: bool = Field(
+        True, description="Ask the LLM (when one is available) about turns the relation heuristics are unsure of."
+    )
+    classify_timeout_ms: int = Field(5000, ge=100, description="Relation classification LLM timeout (then heuristic).")
+    stale_topic_ms: int = Field(
+        14_400_000, ge=0, description="Open episodes older than this are finalised at startup (default 4 h)."
+    )
 
 
 class RetrievalSettings(_Section):
@@ -106,10 +113,63 @@ class RetrievalSettings(_Section):
 
 
 class LLMSettings(_Section):
-    provider: Literal["host", "none"] = Field(
-        "host", description="host = ask the connected host (host.llm.complete); none = deterministic paths."
+    """Which model answers the service's own prompts, and the limits on how it is called.
+
+    Every stage that uses an LLM has a deterministic path, so `none` is a complete configuration; the
+    limits below exist because background stages call the model without a human watching.
+    """
+
+    provider: Literal["host", "openai_compatible", "none"] = Field(
+        "host",
+        description="host = ask the connected host (host.llm.complete); openai_compatible = any "
+        "/v1/chat/completions endpoint (Ollama, vLLM, LM Studio, llama.cpp, hosted); none = deterministic paths.",
     )
-    timeout_ms: int = Field(45_000, ge=100)
+    base_url: str | None = Field(
+        None,
+        description="openai_compatible endpoint base, OpenAI-SDK style, e.g. http://127.0.0.1:11434/v1 "
+        "(…/chat/completions is appended unless already there).",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="Bearer key for openai_compatible (also MEMOS_BRIDGE_LLM__API_KEY); never logged or shown.",
+    )
+    model: str | None = Field(
+        None, description="Model name sent to openai_compatible; unset = the server's loaded model (llama.cpp)."
+    )
+    timeout_ms: int = Field(45_000, ge=100, description="Deadline of one LLM call, retries included.")
+    max_retries: int = Field(3, ge=0, le=10, description="Retries on 429/5xx/dropped connections (openai_compatible).")
+    retry_backoff_ms: int = Field(500, ge=0, description="First back-off delay; doubles per retry, with jitter.")
+    retry_backoff_max_ms: int = Field(
+        20_000, ge=0, description="Longest single back-off, also the cap on a server's Retry-After."
+    )
+    max_tokens: int = Field(1024, ge=16, description="Default completion cap when a prompt sets none.")
+    json_schema_mode: bool = Field(
+        True,
+        description="Send the output schema as response_format json_schema (strict); false = json_object. "
+        "A server that answers 400 to it is stepped down automatically.",
+    )
+    fallback_to_host: bool = Field(
+        True, description="When openai_compatible is unavailable, paused or failing, ask the host instead."
+    )
+    breaker_failure_threshold: int = Field(
+        5, ge=1, description="Consecutive transient failures (timeouts, 429, 5xx) that pause a provider."
+    )
+    breaker_cooldown_s: float = Field(60.0, gt=0, description="Pause after transient failures, before a probe.")
+    breaker_terminal_cooldown_s: float = Field(
+        600.0, gt=0, description="Pause after a terminal error (bad key 401/403, billing 402/quota, unknown model)."
+    )
+    budget_per_episode: int = Field(
+        60, ge=0, description="LLM calls allowed per episode, retries and fallbacks included (0 = no limit)."
+    )
+    budget_per_hour: int = Field(
+        600, ge=0, description="LLM calls allowed per rolling hour, in every mode (0 = no limit)."
+    )
+
+    @model_validator(mode="after")
+    def _needs_endpoint(self) -> LLMSettings:
+        if self.provider == "openai_compatible" and not self.base_url:
+            raise ValueError("provider openai_compatible needs base_url (e.g. http://127.0.0.1:11434/v1)")
+        return self
 
 
 class LoggingSettings(_Section):
@@ -117,6 +177,47 @@ class LoggingSettings(_Section):
     file: bool = Field(True, description="Also log to <home>/logs/memos-bridge.log (rotating).")
     max_bytes: int = Field(5 * 1024 * 1024, ge=1024)
     backups: int = Field(3, ge=0)
+
+
+class RewardSettings(_Section):
+    gamma: float = Field(0.9, ge=0, le=1, description="Discount of the value back-propagation.")
+    half_life_days: float = Field(30.0, gt=0, description="Half-life of a trace's priority.")
+    alpha_floor: float = Field(0.4, ge=0, le=1, description="Reflection weights below this count as 0.")
+    llm_scoring: bool = Field(True, description="Score R_human and reflections with the LLM when available.")
+    feedback_window_s: float = Field(
+        30.0, ge=0, description="Wait after an episode ends for feedback before scoring it (0 = score at once)."
+    )
+
+
+class L2Settings(_Section):
+    min_similarity: float = Field(0.65, ge=0, le=1, description="Cosine for a trace to join an existing policy.")
+    min_trace_value: float = Field(0.005, description="Traces below this value are not policy evidence.")
+    min_episodes_for_induction: int = Field(1, ge=1, description="Distinct episodes a pool bucket needs.")
+    candidate_ttl_days: float = Field(30.0, gt=0, description="How long an unmatched trace waits in the pool.")
+    gain_ema_alpha: float = Field(0.4, ge=0, le=1, description="Weight of the newest gain estimate.")
+    archive_gain: float = Field(-0.05, description="An active policy whose gain falls below this is archived.")
+    min_support: int = Field(1, ge=0, description="Support a candidate policy needs to become active.")
+    min_gain: float = Field(0.02, description="Gain a candidate policy needs to become active.")
+    use_llm: bool = Field(True, description="Draft policies with the LLM when available (else the rule inducer).")
+    trace_char_cap: int = Field(3000, ge=200, description="Evidence characters sent to the induction prompt.")
+
+
+class RepairSettings(_Section):
+    failure_threshold: int = Field(3, ge=1, description="Failures of one tool that make a burst.")
+    failure_window: int = Field(5, ge=1, description="Recent tool outcomes of a session looked at.")
+    value_delta: float = Field(0.5, ge=0, description="Value gap between good and bad evidence a burst needs.")
+    cooldown_ms: int = Field(60_000, ge=0, description="Minimum time between two repairs of the same context.")
+    use_llm: bool = Field(True, description="Word repairs with the LLM when available (else templates).")
+    guidance_ttl_ms: int = Field(
+        3_600_000, ge=0, description="How long a fresh repair is injected into the session's next turns."
+    )
+
+
+class LearningSettings(_Section):
+    concurrency: int = Field(2, ge=1, description="Episodes whose learning chain may run at the same time.")
+    reward: RewardSettings = Field(default_factory=lambda: RewardSettings())
+    l2: L2Settings = Field(default_factory=lambda: L2Settings())
+    repair: RepairSettings = Field(default_factory=lambda: RepairSettings())
 
 
 class Settings(_Section):
@@ -128,6 +229,7 @@ class Settings(_Section):
     capture: CaptureSettings = Field(default_factory=lambda: CaptureSettings())
     session: SessionSettings = Field(default_factory=lambda: SessionSettings())
     retrieval: RetrievalSettings = Field(default_factory=lambda: RetrievalSettings())
+    learning: LearningSettings = Field(default_factory=lambda: LearningSettings())
     llm: LLMSettings = Field(default_factory=lambda: LLMSettings())
     logging: LoggingSettings = Field(default_factory=lambda: LoggingSettings())
 

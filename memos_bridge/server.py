@@ -33,7 +33,8 @@ EVENT_QUEUE = 10_000
 
 
 def build_llm(settings: Settings, hub: PeerHub) -> LLMProvider:
-    if settings.llm.provider == "host":
+    """The host provider; with openai_compatible it is the fallback (MemoryCore builds the facade)."""
+    if settings.llm.provider in ("host", "openai_compatible"):
         return HostLLM(hub.host_peer, settings.llm.timeout_ms)
     return NoLLM()
 
@@ -89,12 +90,19 @@ async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Aw
     try:
         async with anyio.create_task_group() as group:
             unsubscribe = _forward_events(core, hub, group)
+            group.start_soon(core.background.run)
+            group.start_soon(core.learning.queue.run)
+            group.start_soon(core.learning.recover)
+            group.start_soon(core.learning.run_sweeper)
             group.start_soon(core.warmup)
             group.start_soon(core.backfill.run_forever)
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
             try:
                 await serve(methods, hub)
             finally:
+                # Accepted work (deferred writes, the learning chain) finishes before the group goes.
+                with anyio.move_on_after(settings.transport.shutdown_timeout_s, shield=True):
+                    await core.drain()
                 unsubscribe()
                 group.cancel_scope.cancel()
     finally:

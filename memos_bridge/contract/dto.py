@@ -326,9 +326,61 @@ class FeedbackDTO(WireModel):
     evidence_id: str | None = None
 
 
+class FeedbackSubmitParams(WireModel):
+    """feedback.submit params: a verdict on an episode (or on one of its steps) from a user or a verifier."""
+
+    episode_id: str | None = Field(None, description="The episode judged; derived from traceId when omitted.")
+    trace_id: str | None = Field(None, description="The step judged, when the verdict is about one step.")
+    channel: FeedbackChannel = "explicit"
+    polarity: Polarity
+    magnitude: float = Field(1.0, ge=0, le=1)
+    rationale: str | None = Field(None, max_length=20_000, description="The feedback text.")
+    raw: Any = Field(None, description="Structured payload; a verifier result goes in raw.verifier.")
+    evidence_id: str | None = Field(
+        None, min_length=1, max_length=200, description="Idempotency key: the same id is stored and counted once."
+    )
+    ts: int | None = Field(None, ge=0)
+
+
+class FlushResult(WireModel):
+    ok: Literal[True] = True
+    chains_run: int = Field(..., description="Learning chains completed since the service started.")
+    pending: int = Field(..., description="Episodes still waiting (0 after a flush unless new work arrived).")
+
+
 class GuidanceDTO(WireModel):
     preference: list[str] = Field(default_factory=list)
     anti_pattern: list[str] = Field(default_factory=list)
+
+
+class ToolOutcomeParams(WireModel):
+    """tool.outcome params: one tool call's success or failure, reported as soon as the host knows it."""
+
+    session_id: str = Field(..., min_length=1, max_length=200)
+    episode_id: str | None = Field(None, min_length=1, description="Defaults to the session's open episode.")
+    tool: str = Field(..., min_length=1, max_length=200, description="Tool name, as in turn.end toolCalls.")
+    success: bool
+    error: str | None = Field(None, max_length=20_000, description="Error message or code when it failed.")
+    ts: int = Field(..., ge=0, description="When the call finished (epoch ms).")
+
+
+class RepairDTO(WireModel):
+    """A decision repair: one line to follow and one to stop doing, learnt from a failure burst or a correction."""
+
+    id: str
+    ts: int
+    source: Literal["failure_burst", "user_correction"]
+    severity: Literal["info", "warn"]
+    preference: str
+    anti_pattern: str
+    tool: str | None = None
+    episode_id: str | None = None
+    confidence: float = Field(0.5, ge=0, le=1)
+
+
+class ToolOutcomeResult(WireModel):
+    ok: Literal[True] = True
+    repair: RepairDTO | None = Field(None, description="Present when this outcome completed a failure burst.")
 
 
 class PolicyDTO(WireModel):

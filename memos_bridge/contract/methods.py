@@ -104,6 +104,34 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("turn",),
     ),
     MethodSpec(
+        "feedback.submit",
+        "A user's or verifier's verdict on an episode or one of its steps. Before replying the service stores "
+        "it (once per evidenceId), re-scores the episode (also a closed one) and re-runs the learning chain, so "
+        "the next turn.start can recall the lesson. A retry with the same evidenceId returns the stored row.",
+        dto.FeedbackSubmitParams,
+        dto.FeedbackDTO,
+        errors=(ErrorCode.EPISODE_NOT_FOUND, ErrorCode.TRACE_NOT_FOUND, *_COMMON),
+        tags=("learning",),
+    ),
+    MethodSpec(
+        "memory.flush",
+        "Run every waiting learning chain (reward → L2 → …) now and return when the queue is drained.",
+        dto.EmptyParams,
+        dto.FlushResult,
+        errors=_COMMON,
+        tags=("learning",),
+    ),
+    MethodSpec(
+        "tool.outcome",
+        "Report one tool call's success or failure as it happens. ≥ failureThreshold failures of the same tool "
+        "in its last failureWindow outcomes, with no success, produce a decision repair (prefer/avoid lines), "
+        "returned here and injected into the session's next turn.start.",
+        dto.ToolOutcomeParams,
+        dto.ToolOutcomeResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, ErrorCode.EPISODE_NOT_FOUND, *_COMMON),
+        tags=("learning",),
+    ),
+    MethodSpec(
         "memory.search",
         "Search memories on demand (the tool-driven path).",
         dto.MemorySearchParams,

@@ -20,14 +20,21 @@ from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.backfill import EmbeddingBackfill
+from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.events import EventBus
+from memos_bridge.core.learning.context import LearningContext
+from memos_bridge.core.learning.repair import RepairService
+from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
 from memos_bridge.core.namespace import read_filter
 from memos_bridge.core.sessions import SessionService
 from memos_bridge.core.turns import TurnService
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
+from memos_bridge.llm.apilog import DatabaseApiLogSink
 from memos_bridge.llm.base import ChatMessage, LLMProvider
+from memos_bridge.llm.facade import LLMFacade
+from memos_bridge.llm.factory import build_llm_facade
 from memos_bridge.retrieval.engine import Retriever
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
@@ -49,16 +56,32 @@ class MemoryCore:
         self.settings = settings
         self.db = db
         self.embedder = embedder
-        self.llm = llm
+        # `llm` is the host provider (or a ready facade, in tests); every LLM call goes through the facade,
+        # which adds the configured provider, budgets, breakers and api_logs rows.
+        self.llm = (
+            llm if isinstance(llm, LLMFacade) else build_llm_facade(settings.llm, llm, sink=DatabaseApiLogSink(db))
+        )
         self.events = events or EventBus()
         self._connections = connections  # callable returning the live connection count, set by the server
         self._started = time.monotonic()
         self._schema_version: int | None = None
+        self.background = BackgroundWork()
         self.vectors = VectorStore(db, embedder.dim)
-        self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval, llm)
+        self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval, self.llm)
         self.sessions = SessionService(db, self.events, settings.session)
         self.backfill = EmbeddingBackfill(db, embedder, self.vectors)
-        self.turns = TurnService(db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings, llm)
+        self.turns = TurnService(
+            db, embedder, self.vectors, self.retriever, self.sessions, self.events, settings, self.background, self.llm
+        )
+        self.learning = LearningService(
+            LearningContext(db, self.vectors, embedder, self.llm, self.events, settings),
+            lightweight=settings.lightweight,
+            publish=self.sessions.publish,
+        )
+        self.sessions.finalized_hooks.append(self.learning.on_finalized)
+        self.turns.gate = self.learning.gate
+        self.turns.on_activity = self.learning.touch
+        self.repair = RepairService(self.learning.ctx)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -70,8 +93,15 @@ class MemoryCore:
         except Exception:
             log.exception("warm-up failed; requests will retry lazily")
 
+    async def drain(self) -> None:
+        """Finish every piece of accepted work: the learning queue first (it may defer writes), then the
+        deferred writes. The server calls this before it stops."""
+        await self.learning.flush()
+        await self.background.drain()
+
     async def shutdown(self) -> None:
         self.events.emit(EventType.SYSTEM_SHUTDOWN, {})
+        await self.llm.aclose()
         self.embedder.close()
         self.db.close()
 
@@ -142,7 +172,9 @@ class MemoryCore:
         return await self.sessions.open_session(params)
 
     async def close_session(self, params: dto.SessionCloseParams) -> dto.OkResult:
-        return await self.sessions.close_session(params)
+        result = await self.sessions.close_session(params)
+        await self.learning.flush()  # the session's last task is learned before the host moves on
+        return result
 
     async def open_episode(self, params: dto.EpisodeOpenParams) -> dto.EpisodeOpenResult:
         return await self.sessions.open_episode(params)
@@ -155,6 +187,19 @@ class MemoryCore:
 
     async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
         return await self.turns.turn_end(params)
+
+    # ------------------------------------------------------------ learning
+
+    async def submit_feedback(self, params: dto.FeedbackSubmitParams) -> dto.FeedbackDTO:
+        return await self.learning.submit_feedback(params)
+
+    async def tool_outcome(self, params: dto.ToolOutcomeParams) -> dto.ToolOutcomeResult:
+        return await self.repair.record_tool_outcome(params)
+
+    async def flush(self, _params: dto.EmptyParams | None = None) -> dto.FlushResult:
+        result = await self.learning.flush()
+        await self.background.drain()
+        return result
 
     # ------------------------------------------------------------ memory reads
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -26,8 +27,10 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
+from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.capture import StepDraft, extract_steps
 from memos_bridge.core.events import EventBus
+from memos_bridge.core.learning.queue import ForegroundGate
 from memos_bridge.core.sessions import (
     Outbox,
     SessionService,
@@ -44,7 +47,7 @@ from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.ids import new_id
 from memos_bridge.llm.base import LLMProvider
-from memos_bridge.retrieval.engine import Retriever, VisibleContext
+from memos_bridge.retrieval.engine import QueryVector, Retriever, VisibleContext, retrieval_text
 from memos_bridge.retrieval.intent import classify_intent, classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
@@ -86,8 +89,10 @@ class TurnService:
         sessions: SessionService,
         events: EventBus,
         settings: Settings,
+        background: BackgroundWork,
         llm: LLMProvider | None = None,
     ) -> None:
+        self._background = background
         self._llm = llm
         self._db = db
         self._embedder = embedder
@@ -97,10 +102,16 @@ class TurnService:
         self._events = events
         self._settings = settings
         self._inflight: OrderedDict[tuple[str, str], _InFlight] = OrderedDict()
+        self.gate = ForegroundGate()  # MemoryCore shares the learning queue's gate: learning waits for turns
+        self.on_activity: Callable[[str], None] = lambda _episode_id: None  # the stale-topic sweep's clock
 
     # ------------------------------------------------------------ turn.start
 
     async def turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
+        with self.gate.foreground():
+            return await self._keyed_turn_start(params)
+
+    async def _keyed_turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
         if params.turn_key is None:
             return await self._turn_start(params)
         key = (params.session_id, params.turn_key)
@@ -158,9 +169,28 @@ class TurnService:
         return _BegunTurn(owner_of(session), session.id, episode.id, turn.id, None, outbox)
 
     async def _turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
+        """Embed the query while the turn is recorded (they do not depend on each other), then retrieve."""
+        query_vector = QueryVector()
+        result: dto.RetrievalResultDTO | None = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as group:
+            if params.user_text.strip():
+                query_vector.start(group, self._embedder, retrieval_text(params.user_text))
+            try:
+                result = await self._record_and_retrieve(params, query_vector)
+            except Exception as exc:  # re-raised below as itself, not wrapped in an ExceptionGroup
+                failure = exc
+            group.cancel_scope.cancel()  # an embedding nobody needs any more (cached result, chitchat)
+        if failure is not None:
+            raise failure
+        assert result is not None
+        return result
+
+    async def _record_and_retrieve(self, params: dto.TurnInputDTO, query_vector: QueryVector) -> dto.RetrievalResultDTO:
         started = time.perf_counter()
         begun = await self._db.write(lambda db: self._begin_turn_sync(db, params))
         self._sessions.publish(begun.outbox)
+        self.on_activity(begun.episode_id)
         if begun.cached_result is not None:
             return dto.RetrievalResultDTO.model_validate(begun.cached_result)
         query = dto.RetrievalQueryDTO(
@@ -185,6 +215,7 @@ class TurnService:
             visible=VisibleContext.from_hints(begun.session_id, begun.episode_id, params.context_hints),
             deadline_at=deadline_at,
             injection=plan,
+            query_vector=query_vector,
         )
         self._events.emit(
             EventType.RETRIEVAL_HIT if result.hits else EventType.RETRIEVAL_EMPTY,
@@ -212,7 +243,9 @@ class TurnService:
                 now_ms(),
             )
 
-        await self._db.write(save)
+        # The saved result only serves a retry after a restart (in-process retries use `_inflight`), so the
+        # write is not worth making the host wait for; a shutdown drains it.
+        await self._background.submit("turn.start:save", lambda: self._db.write(save))
         return result
 
     # ------------------------------------------------------------ turn.end
@@ -247,6 +280,10 @@ class TurnService:
         return episode, turn, steps, set(repos.traces_by_keys(db, episode.id, [s.key for s in steps]))
 
     async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
+        with self.gate.foreground():
+            return await self._turn_end(params)
+
+    async def _turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
         started = time.perf_counter()
         # The common case (turn.start recorded the turn) needs one read here and one write below.
         episode, resolved, steps, known = await self._db.read(lambda db: self._plan_capture_sync(db, params))
@@ -255,6 +292,7 @@ class TurnService:
             assert resolved is not None
             steps = extract_steps(params, resolved.user_text, resolved.turn_id, self._settings.capture)
         turn = resolved
+        self.on_activity(episode.id)
         fresh = [s for s in steps if s.key not in known]
         vectors, embed_error = await self._embed_steps(fresh)
 

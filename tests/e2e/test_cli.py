@@ -9,6 +9,7 @@ from pathlib import Path
 
 from memos_bridge import __version__
 from memos_bridge.client import ServiceClient
+from memos_bridge.storage.migrations import LATEST_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def test_doctor_on_a_fresh_home_and_after_use(tmp_path: Path) -> None:
     used = _cli("doctor", "--home", str(home))
     assert used.returncode == 0, used.stdout + used.stderr
     assert f"data home:      {home}" in used.stdout
-    assert "schema version: 2 (latest 2)" in used.stdout
+    assert f"schema version: {LATEST_VERSION} (latest {LATEST_VERSION})" in used.stdout
     assert "traces=1" in used.stdout and "sessions=1" in used.stdout
     assert "embedder:       ok" in used.stdout and "dim 384" in used.stdout
 

@@ -1,0 +1,224 @@
+"""The background learning queue: when an episode ends, run its chain (reward → L2 → …) in order.
+
+Rules it enforces, and why:
+* **Feedback window.** A finished episode waits `feedback_window_s` before it is scored, because the
+  user's or verifier's verdict usually arrives right after the task; scoring twice costs LLM calls.
+  Explicit feedback (`run_now`) cancels the wait and runs the chain at once, also for an episode that was
+  scored long ago (late feedback re-scores it and re-triggers everything downstream).
+* **One chain per episode at a time.** A request for an episode whose chain is running marks it dirty; the
+  chain runs once more afterwards with the newest data (coalesced), so stages never race on one episode.
+* **Bounded.** At most `concurrency` chains run at once.
+* **Foreground first.** Before each stage a chain waits (up to `FOREGROUND_PATIENCE_S`) until no
+  `turn.start`/`turn.end` is in flight: learning must not slow the agent's next answer down.
+* **Drained by flush.** `flush()` fires every waiting episode now and returns when nothing is pending or
+  running: `memory.flush`, `session.close` and shutdown call it, so "flushed" means "learned".
+
+Without an attached task group (`run()` not started: tests driving the core directly, one-shot tools)
+nothing runs by itself: `flush()` and `run_now()` run the chains inline, which keeps tests deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+log = logging.getLogger(__name__)
+
+FOREGROUND_PATIENCE_S = 2.0
+
+Chain = Callable[[str, str], Awaitable[object]]  # (episode id, trigger) -> report
+
+
+class ForegroundGate:
+    """Counts foreground requests in flight; background work waits for a quiet moment."""
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._quiet = anyio.Event()
+        self._quiet.set()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    @contextmanager
+    def foreground(self) -> Iterator[None]:
+        self._active += 1
+        if self._active == 1:
+            self._quiet = anyio.Event()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._quiet.set()
+
+    async def wait_quiet(self, patience_s: float = FOREGROUND_PATIENCE_S) -> None:
+        """Wait until no foreground request runs, or `patience_s` at most (background must progress too)."""
+        if self._active:
+            with anyio.move_on_after(patience_s):
+                await self._quiet.wait()
+
+
+@dataclass
+class _Pending:
+    trigger: str
+    due: float  # monotonic seconds
+
+
+@dataclass
+class QueueStats:
+    chains_run: int = 0
+    chains_failed: int = 0
+    coalesced: int = 0
+    last_error: str = ""
+    by_trigger: dict[str, int] = field(default_factory=dict)
+
+
+class LearningQueue:
+    def __init__(
+        self,
+        chain: Chain,
+        *,
+        window_s: float,
+        concurrency: int,
+        gate: ForegroundGate | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._chain = chain
+        self._window_s = window_s
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self.gate = gate or ForegroundGate()
+        self._clock = clock
+        self._pending: dict[str, _Pending] = {}
+        self._running: dict[str, anyio.Event] = {}
+        self._dirty: dict[str, str] = {}  # episode -> trigger of the rerun
+        self._group: anyio.abc.TaskGroup | None = None
+        self._wake = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self.stats = QueueStats()
+
+    # ------------------------------------------------------------------ inspection
+
+    @property
+    def pending(self) -> list[str]:
+        return list(self._pending)
+
+    @property
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    # ------------------------------------------------------------------ requests
+
+    def episode_finalized(self, episode_id: str, reason: str) -> None:
+        """An episode ended: score it after the feedback window (or at once when the window is 0)."""
+        trigger = f"finalized:{reason}"
+        if episode_id in self._running:
+            self._mark_dirty(episode_id, trigger)
+            return
+        self._pending[episode_id] = _Pending(trigger, self._clock() + self._window_s)
+        self._touch()
+
+    async def run_now(self, episode_id: str, trigger: str) -> None:
+        """Run the episode's chain now and return when it (and any rerun it caused) has finished."""
+        self._pending.pop(episode_id, None)
+        running = self._running.get(episode_id)
+        if running is not None:
+            self._mark_dirty(episode_id, trigger)
+            while episode_id in self._running:
+                await self._running[episode_id].wait()
+            return
+        await self._run_chain(episode_id, trigger)
+
+    async def flush(self) -> None:
+        """Fire every waiting episode now and wait until no chain is pending or running."""
+        while self._pending or self._running:
+            due = list(self._pending.items())
+            self._pending.clear()
+            if self._group is not None:
+                for episode_id, entry in due:
+                    self._start(episode_id, entry.trigger)
+            else:
+                for episode_id, entry in due:
+                    await self._run_chain(episode_id, entry.trigger)
+            if self._running:
+                await self._idle.wait()
+
+    # ------------------------------------------------------------------ the server's loop
+
+    async def run(self) -> None:
+        """Fire pending episodes when their window ends (start this in the server's task group)."""
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group
+                while True:
+                    now = self._clock()
+                    for episode_id, entry in list(self._pending.items()):
+                        if entry.due <= now:
+                            del self._pending[episode_id]
+                            self._start(episode_id, entry.trigger)
+                    next_due = min((e.due for e in self._pending.values()), default=math.inf)
+                    self._wake = anyio.Event()
+                    with anyio.move_on_after(max(0.0, next_due - self._clock()) if next_due < math.inf else None):
+                        await self._wake.wait()
+        finally:
+            self._group = None
+
+    # ------------------------------------------------------------------ internals
+
+    def _touch(self) -> None:
+        self._wake.set()
+
+    def _mark_dirty(self, episode_id: str, trigger: str) -> None:
+        self._dirty[episode_id] = trigger
+        self.stats.coalesced += 1
+
+    def _start(self, episode_id: str, trigger: str) -> None:
+        if episode_id in self._running:
+            self._mark_dirty(episode_id, trigger)
+            return
+        assert self._group is not None
+        self._claim(episode_id)
+        self._group.start_soon(self._run_claimed, episode_id, trigger, name=f"learning:{episode_id}")
+
+    def _claim(self, episode_id: str) -> None:
+        self._running[episode_id] = anyio.Event()
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+
+    async def _run_chain(self, episode_id: str, trigger: str) -> None:
+        self._claim(episode_id)
+        await self._run_claimed(episode_id, trigger)
+
+    async def _run_claimed(self, episode_id: str, trigger: str) -> None:
+        done = self._running[episode_id]
+        try:
+            while True:
+                async with self._limiter:
+                    await self._run_once(episode_id, trigger)
+                rerun = self._dirty.pop(episode_id, None)
+                if rerun is None:
+                    break
+                trigger = rerun
+        finally:
+            del self._running[episode_id]
+            done.set()
+            if not self._running:
+                self._idle.set()
+
+    async def _run_once(self, episode_id: str, trigger: str) -> None:
+        self.stats.by_trigger[trigger.split(":")[0]] = self.stats.by_trigger.get(trigger.split(":")[0], 0) + 1
+        try:
+            await self._chain(episode_id, trigger)
+            self.stats.chains_run += 1
+        except Exception as exc:
+            self.stats.chains_failed += 1
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("learning chain for %s failed (trigger %s)", episode_id, trigger)

@@ -1,0 +1,260 @@
+"""The learning side of the core: the per-episode chain, explicit feedback, flush and startup recovery.
+
+The chain for one episode is reward → L2 (issue 5 adds experiences, L3 and skills after it). It runs from
+the `LearningQueue` after an episode ends, or at once when feedback arrives. In lightweight mode nothing
+here runs except storing feedback: capture and retrieval only, the minimum cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from memos_bridge.contract import dto
+from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.contract.events import EventType
+from memos_bridge.core.learning.context import LearningContext
+from memos_bridge.core.learning.queue import ForegroundGate, LearningQueue
+from memos_bridge.core.learning.reward_stage import RewardReport, run_reward
+from memos_bridge.core.sessions import Outbox, finalize_episode_sync
+from memos_bridge.ids import new_id
+from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow
+
+log = logging.getLogger(__name__)
+
+RECOVERY_BATCH = 500
+
+Stage = Callable[[LearningContext, str, RewardReport], Awaitable[object]]
+
+
+@dataclass
+class ChainReport:
+    episode_id: str
+    trigger: str
+    reward: RewardReport | None = None
+    stages: dict[str, object] = field(default_factory=dict)
+
+
+class LearningService:
+    def __init__(
+        self,
+        ctx: LearningContext,
+        *,
+        lightweight: bool,
+        publish: Callable[[Outbox], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.lightweight = lightweight
+        self._publish = publish
+        self.gate = ForegroundGate()
+        self.queue = LearningQueue(
+            self._chain,
+            window_s=ctx.settings.learning.reward.feedback_window_s,
+            concurrency=ctx.settings.learning.concurrency,
+            gate=self.gate,
+        )
+        #: Stages after reward, in order, each `(ctx, episode_id, reward_report)`; skipped episodes stop early.
+        self.stages: list[tuple[str, Stage]] = []
+        self.last_reports: dict[str, ChainReport] = {}
+        self._monotonic = monotonic
+        self._started = monotonic()
+        self._touched: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ the chain
+
+    async def _chain(self, episode_id: str, trigger: str) -> ChainReport:
+        report = ChainReport(episode_id, trigger)
+        self.last_reports[episode_id] = report
+        if len(self.last_reports) > 256:
+            self.last_reports.pop(next(iter(self.last_reports)))
+        await self.gate.wait_quiet()
+        report.reward = await run_reward(self.ctx, episode_id, trigger)
+        if report.reward.skipped:
+            return report
+        for name, stage in self.stages:
+            await self.gate.wait_quiet()
+            try:
+                report.stages[name] = await stage(self.ctx, episode_id, report.reward)
+            except Exception:  # one failing stage must not stop the ones after it
+                log.exception("learning stage %s failed for %s", name, episode_id)
+                report.stages[name] = "failed"
+        return report
+
+    def on_finalized(self, episode_id: str, reason: str) -> None:
+        """Hook for `SessionService`: an episode ended (gap, cap, new task, close, recovery)."""
+        if not self.lightweight:
+            self.queue.episode_finalized(episode_id, reason)
+
+    async def flush(self) -> dto.FlushResult:
+        await self.queue.flush()
+        self.ctx.events.emit(EventType.LEARNING_FLUSHED, {"chainsRun": self.queue.stats.chains_run})
+        return dto.FlushResult(chains_run=self.queue.stats.chains_run, pending=len(self.queue.pending))
+
+    # ------------------------------------------------------------------ feedback
+
+    async def submit_feedback(self, params: dto.FeedbackSubmitParams) -> dto.FeedbackDTO:
+        """Store the verdict (once per evidenceId), update the judged step at once, then re-score the episode
+        and re-run everything downstream before replying, so the next turn.start sees the lesson."""
+        if not params.episode_id and not params.trace_id:
+            raise MemosError(ErrorCode.INVALID_ARGUMENT, "feedback.submit needs episodeId or traceId")
+        row, created = await self.ctx.db.write(lambda db: self._store_feedback(db, params))
+        feedback = _feedback_dto(row)
+        if not created:
+            return feedback  # a retry: already counted, already learned from
+        self.ctx.events.emit(
+            EventType.FEEDBACK_RECEIVED,
+            {"feedbackId": row.id, "episodeId": row.episode_id, "traceId": row.trace_id, "polarity": row.polarity},
+        )
+        if not self.lightweight and row.episode_id:
+            await self.queue.run_now(row.episode_id, "explicit_feedback")
+        return feedback
+
+    def _store_feedback(self, db: Session, params: dto.FeedbackSubmitParams) -> tuple[FeedbackRow, bool]:
+        if params.evidence_id:
+            existing = db.scalar(select(FeedbackRow).where(FeedbackRow.evidence_id == params.evidence_id))
+            if existing is not None:
+                return existing, False
+        trace = db.get(TraceRow, params.trace_id) if params.trace_id else None
+        if params.trace_id and trace is None:
+            raise MemosError(ErrorCode.TRACE_NOT_FOUND, f"trace not found: {params.trace_id}")
+        episode_id = params.episode_id or (trace.episode_id if trace else None)
+        episode = db.get(EpisodeRow, episode_id) if episode_id else None
+        if episode is None:
+            raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {episode_id}")
+        if trace is not None and trace.episode_id != episode.id:
+            raise MemosError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"trace {trace.id} is not part of episode {episode.id}",
+                {"traceId": trace.id, "episodeId": episode.id},
+            )
+        row = FeedbackRow(
+            id=new_id("feedback"),
+            ts=params.ts if params.ts is not None else self.ctx.clock(),
+            episode_id=episode.id,
+            trace_id=trace.id if trace else None,
+            channel=params.channel,
+            polarity=params.polarity,
+            magnitude=params.magnitude,
+            rationale=params.rationale,
+            raw_json=params.raw,
+            evidence_id=params.evidence_id,
+            owner_agent_kind=episode.owner_agent_kind,
+            owner_profile_id=episode.owner_profile_id,
+            owner_workspace_id=episode.owner_workspace_id,
+        )
+        db.add(row)
+        db.flush()
+        if trace is not None:
+            _update_judged_trace(db, trace)
+        return row, True
+
+    # ------------------------------------------------------------------ recovery
+
+    async def recover(self) -> dict[str, int]:
+        """After a restart: open episodes become `interrupted` (a returning host resumes them; the stale
+        sweep finalises the ones nobody returns to), and finished episodes that never got scored (a crash
+        before their chain ran) are queued again. Runs in the background; the first answer never waits."""
+
+        def sweep(db: Session) -> tuple[int, list[str]]:
+            interrupted = 0
+            for episode in db.scalars(select(EpisodeRow).where(EpisodeRow.status == "open")):
+                if episode.topic_state == "active":
+                    episode.topic_state = "interrupted"
+                    interrupted += 1
+            unscored = [
+                episode.id
+                for episode in db.scalars(
+                    select(EpisodeRow)
+                    .where(EpisodeRow.status == "closed", EpisodeRow.r_task.is_(None))
+                    .order_by(EpisodeRow.ended_at.desc())
+                    .limit(RECOVERY_BATCH)
+                )
+                if not (episode.meta_json or {}).get("reward") and episode.trace_ids_json
+            ]
+            return interrupted, unscored
+
+        interrupted, unscored = await self.ctx.db.write(sweep)
+        if not self.lightweight:
+            for episode_id in unscored:
+                self.queue.episode_finalized(episode_id, "recovery")
+        counts = {"interrupted": interrupted, "requeued": len(unscored)}
+        if any(counts.values()):
+            log.info("startup recovery: %s", counts)
+        return counts
+
+    # ------------------------------------------------------------------ stale topics
+
+    def touch(self, episode_id: str) -> None:
+        """A turn used this episode now (service clock: hosts' own `ts` values cannot be trusted for idleness)."""
+        self._touched[episode_id] = self._monotonic()
+
+    async def sweep_stale(self) -> list[str]:
+        """Finalise open episodes nobody used for `session.stale_topic_ms` of service time (episodes not used
+        since the service started count from the start), so a host that vanished still gets its last task
+        learned. The reference had this sweep but never called it."""
+        stale_s = self.ctx.settings.session.stale_topic_ms / 1000
+        now = self._monotonic()
+
+        def work(db: Session) -> Outbox:
+            outbox = Outbox()
+            for episode in db.scalars(select(EpisodeRow).where(EpisodeRow.status == "open")):
+                if now - self._touched.get(episode.id, self._started) > stale_s:
+                    finalize_episode_sync(outbox, episode, "stale", self.ctx.clock())
+            return outbox
+
+        if stale_s <= 0:
+            return []
+        outbox = await self.ctx.db.write(work)
+        self._publish(outbox)  # finalised episodes reach on_finalized through the session hooks
+        for episode_id, _ in outbox.finalized:
+            self._touched.pop(episode_id, None)
+        return [episode_id for episode_id, _ in outbox.finalized]
+
+    async def run_sweeper(self) -> None:
+        """Sweep stale topics every few minutes (start in the server's task group)."""
+        interval = max(1.0, min(300.0, self.ctx.settings.session.stale_topic_ms / 4000))
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await self.sweep_stale()
+            except Exception:
+                log.exception("stale-topic sweep failed")
+
+
+def _update_judged_trace(db: Session, trace: TraceRow) -> None:
+    """The step a verdict names gets value = Σ±magnitude / Σmagnitude over its feedback at once (the
+    episode's back-propagation then refines every step); priority never drops because of it."""
+    rows = list(db.scalars(select(FeedbackRow).where(FeedbackRow.trace_id == trace.id)))
+    sign = {"positive": 1.0, "negative": -1.0}
+    weighted = [(sign[r.polarity], r.magnitude) for r in rows if r.polarity in sign and r.magnitude > 0]
+    total = sum(m for _, m in weighted)
+    if total <= 0:
+        return
+    value = max(-1.0, min(1.0, sum(s * m for s, m in weighted) / total))
+    trace.value = value
+    trace.r_human = value
+    trace.priority = max(trace.priority, abs(value))
+
+
+def _feedback_dto(row: FeedbackRow) -> dto.FeedbackDTO:
+    raw: Any = row.raw_json
+    return dto.FeedbackDTO(
+        id=row.id,
+        ts=row.ts,
+        episode_id=row.episode_id,
+        trace_id=row.trace_id,
+        channel="implicit" if row.channel == "implicit" else "explicit",
+        polarity=row.polarity,
+        magnitude=row.magnitude,
+        rationale=row.rationale,
+        raw=raw,
+        evidence_id=row.evidence_id,
+    )
