@@ -270,7 +270,7 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
-    """`MEMOS_BRIDGE_SECTION__FIELD=value` → {section: {field: value}}; pydantic coerces the strings."""
+    """`MEMOS_BRIDGE_SECTION__FIELD=value` → {section: {field: value}} (any depth); pydantic coerces strings."""
     out: dict[str, Any] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):
@@ -281,8 +281,11 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         elif key == "lightweight":
             out["lightweight"] = value
         elif "__" in key:
-            section, field = key.split("__", 1)
-            out.setdefault(section, {})[field] = value
+            *path, field = key.split("__")  # nested sections: LEARNING__REWARD__FEEDBACK_WINDOW_S
+            target = out
+            for part in path:
+                target = target.setdefault(part, {})
+            target[field] = value
     return out
 
 

@@ -37,6 +37,7 @@ class StepDraft:
     summary: str = ""
     tags: list[str] = field(default_factory=list)
     error_signatures: list[str] = field(default_factory=list)
+    alpha: float | None = None  # adapter-supplied reflection weight (contextHints.alpha), reward uses it first
 
     def summary_embed_text(self) -> str:
         """What the step was about: its one-line summary (already led by the user's ask)."""
@@ -285,6 +286,14 @@ def _step_key(turn_id: int, step: StepDraft) -> str:
     return hashlib.sha1(material.encode("utf-8")).hexdigest()
 
 
+def adapter_alpha(hints: dict[str, Any] | None) -> float | None:
+    """`contextHints.alpha` in [0, 1]: the host's own weight for how much this turn's decision mattered."""
+    value = (hints or {}).get("alpha")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return min(max(float(value), 0.0), 1.0)
+
+
 def extract_steps(turn: TurnResultDTO, user_text: str, turn_id: int, settings: CaptureSettings) -> list[StepDraft]:
     """Split a turn into steps: one per tool call, then the final reply (or a note when nothing else)."""
     user = clamp_head_tail(user_text.strip(), settings.max_text_chars)
@@ -339,6 +348,8 @@ def extract_steps(turn: TurnResultDTO, user_text: str, turn_id: int, settings: C
         )
     if steps and turn.reflection and steps[-1].reflection is None:
         steps[-1].reflection = turn.reflection
+    if steps:
+        steps[-1].alpha = adapter_alpha(turn.context_hints)
     calls_by_index = {i: [turn.tool_calls[i]] for i in range(len(turn.tool_calls))}
     for step in steps:
         step.error_signatures = extract_error_signatures(

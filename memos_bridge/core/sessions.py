@@ -1,10 +1,8 @@
 """Sessions and episodes: opening, closing, and routing a user turn to an episode.
 
-An episode is one task. This module holds the mechanical routing rules: an explicit `episodeId` wins (a
-closed one is reopened: a late turn for a finished task belongs to it); otherwise the session's open
-episode is continued unless the gap since its last turn exceeds `merge_max_gap_ms` or it reached
-`max_turns_per_episode` user turns (tool calls do not count), in which case it is finalised and a new one
-starts. Topic classification (new task vs follow-up) builds on top of this in the learning stage.
+An episode is one task. `route_episode_sync` decides where a new user turn goes (explicit id, relation of
+the text to the open episode, or a reopened recent one); finalising an episode hands it to the learning
+queue through `SessionService.finalized_hooks`.
 
 The `*_sync` functions run inside one write transaction and return the events to emit after commit, so a
 rolled-back transaction never announces anything.
@@ -25,6 +23,7 @@ from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.namespace import owner_for
+from memos_bridge.core.relation import EpisodeContext, RelationDecision, classify_relation
 from memos_bridge.ids import new_id
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
@@ -172,6 +171,40 @@ def text_hash(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
+Decide = Callable[[str, EpisodeContext], RelationDecision]
+"""(open episode id, its context) -> relation of the new turn; the default is the heuristic classifier."""
+
+
+def episode_context_sync(db: Session, episode: EpisodeRow, turn_ts: int) -> EpisodeContext:
+    """What the relation classifier needs to know about `episode`, read in the routing transaction."""
+    first = repos.first_turn(db, episode.id)
+    last = repos.latest_turn(db, episode.id)
+    reply = repos.latest_reply_text(db, episode.id)
+    last_ts = max(last.turn_id if last else episode.started_at, repos.latest_trace_ts(db, episode.id) or 0)
+    return EpisodeContext(
+        first_user_text=first.user_text if first else "",
+        last_user_text=last.user_text if last else "",
+        last_assistant_text=reply,
+        user_turns=episode.turn_count,
+        ms_since_last_activity=max(turn_ts - last_ts, 0),
+    )
+
+
+def heuristic_decide(settings: SessionSettings, user_text: str) -> Decide:
+    def decide(_episode_id: str, context: EpisodeContext) -> RelationDecision:
+        return classify_relation(
+            user_text,
+            context,
+            merge_max_gap_ms=settings.merge_max_gap_ms,
+            max_user_turns=settings.max_turns_per_episode,
+        )
+
+    return decide
+
+
+REOPEN_RELATIONS = frozenset({"revision", "follow_up"})
+
+
 def route_episode_sync(
     db: Session,
     outbox: Outbox,
@@ -179,26 +212,65 @@ def route_episode_sync(
     requested: str | None,
     turn_ts: int,
     settings: SessionSettings,
-) -> EpisodeRow:
-    """Pick the episode a new user turn belongs to (see module docstring for the rules)."""
+    user_text: str = "",
+    decide: Decide | None = None,
+) -> tuple[EpisodeRow, RelationDecision | None]:
+    """Pick the episode a new user turn belongs to, and say why.
+
+    * An explicit `episodeId` wins (a closed one is reopened: a late turn for a finished task belongs to it).
+    * Otherwise the session's open episode is classified against the new text (`core/relation.py`: gap and
+      user-turn cap are hard rules; explicit cues such as "new task"/"换个任务"; negations as revisions;
+      pronoun follow-ups; topic shift): `new_task` finalises it and starts a new episode, anything else
+      appends.
+    * With no open episode, a revision or a cued follow-up of the session's most recently closed episode
+      (within the merge window) reopens it — "不对，应该…" right after a task ended belongs to that task.
+    """
     if requested:
         episode = episode_of_session_sync(db, session, requested)
         reopen_episode_sync(outbox, episode)
-        return episode
+        return episode, None
+    decide = decide or heuristic_decide(settings, user_text)
     now = now_ms()
     for index, episode in enumerate(repos.open_episodes(db, session.id)):
         if index > 0:  # only one open episode per session: close strays left by crashes or races
             finalize_episode_sync(outbox, episode, "superseded", now)
             continue
-        last = repos.latest_turn(db, episode.id)
-        last_ts = last.turn_id if last else episode.started_at
-        if settings.merge_max_gap_ms and turn_ts - last_ts > settings.merge_max_gap_ms:
-            finalize_episode_sync(outbox, episode, "gap", now)
-        elif settings.max_turns_per_episode and episode.turn_count >= settings.max_turns_per_episode:
-            finalize_episode_sync(outbox, episode, "turn_cap", now)
-        else:
-            return episode
-    return new_episode_sync(db, outbox, session, turn_ts, {})
+        decision = decide(episode.id, episode_context_sync(db, episode, turn_ts))
+        if decision.starts_new_episode:
+            finalize_episode_sync(outbox, episode, _close_reason(decision), now)
+            return _new_episode_after(db, outbox, session, turn_ts, decision, episode.id), decision
+        if episode.topic_state != "active":
+            episode.topic_state = "active"  # an interrupted topic resumed
+        return episode, decision
+    recent = repos.latest_closed_episode(db, session.id)
+    if recent is not None and recent.trace_ids_json:
+        context = episode_context_sync(db, recent, turn_ts)
+        decision = decide(recent.id, context)
+        within = not settings.merge_max_gap_ms or (context.ms_since_last_activity or 0) <= settings.merge_max_gap_ms
+        cued = decision.reason not in ("no_signal", "empty_episode")
+        if within and cued and decision.relation in REOPEN_RELATIONS:
+            reopen_episode_sync(outbox, recent)
+            recent.meta_json = {**(recent.meta_json or {}), "reopenedBy": decision.reason}
+            return recent, decision
+    return new_episode_sync(db, outbox, session, turn_ts, {}), None
+
+
+def _close_reason(decision: RelationDecision) -> str:
+    """Stable close reasons: the gap and cap rules keep their historical names."""
+    return {"gap_exceeded": "gap", "turn_cap": "turn_cap"}.get(decision.reason, "new_task")
+
+
+def _new_episode_after(
+    db: Session, outbox: Outbox, session: SessionRow, turn_ts: int, decision: RelationDecision, previous: str
+) -> EpisodeRow:
+    boundary = {
+        "relation": decision.relation,
+        "reason": decision.reason,
+        "confidence": decision.confidence,
+        "source": decision.source,
+        "previousEpisodeId": previous,
+    }
+    return new_episode_sync(db, outbox, session, turn_ts, {"boundary": boundary})
 
 
 class SessionService:

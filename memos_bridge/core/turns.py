@@ -31,7 +31,10 @@ from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.capture import StepDraft, extract_steps
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.learning.queue import ForegroundGate
+from memos_bridge.core.relation import RelationDecision
+from memos_bridge.core.routing import llm_decide
 from memos_bridge.core.sessions import (
+    Decide,
     Outbox,
     SessionService,
     ensure_session_sync,
@@ -46,7 +49,8 @@ from memos_bridge.core.sessions import (
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.ids import new_id
-from memos_bridge.llm.base import LLMProvider
+from memos_bridge.llm.facade import LLMFacade
+from memos_bridge.llm.host import NoLLM
 from memos_bridge.retrieval.engine import QueryVector, Retriever, VisibleContext, retrieval_text
 from memos_bridge.retrieval.intent import classify_intent, classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import repos
@@ -77,6 +81,7 @@ class _BegunTurn:
     turn_row_id: int
     cached_result: dict[str, object] | None
     outbox: Outbox
+    relation: RelationDecision | None = None
 
 
 class TurnService:
@@ -90,10 +95,10 @@ class TurnService:
         events: EventBus,
         settings: Settings,
         background: BackgroundWork,
-        llm: LLMProvider | None = None,
+        llm: LLMFacade | None = None,
     ) -> None:
         self._background = background
-        self._llm = llm
+        self._llm = llm or LLMFacade([NoLLM()])
         self._db = db
         self._embedder = embedder
         self._vectors = vectors
@@ -148,7 +153,7 @@ class TurnService:
             {"sessionId": params.session_id, "turnKey": params.turn_key},
         )
 
-    def _begin_turn_sync(self, db: Session, params: dto.TurnInputDTO) -> _BegunTurn:
+    def _begin_turn_sync(self, db: Session, params: dto.TurnInputDTO, decide: Decide | None) -> _BegunTurn:
         outbox = Outbox()
         session = ensure_session_sync(db, outbox, params.session_id, params.agent, params.namespace, params.ts)
         if params.turn_key:
@@ -164,9 +169,11 @@ class TurnService:
                     previous.result_json,
                     outbox,
                 )
-        episode = route_episode_sync(db, outbox, session, params.episode_id, params.ts, self._settings.session)
+        episode, relation = route_episode_sync(
+            db, outbox, session, params.episode_id, params.ts, self._settings.session, params.user_text, decide
+        )
         turn = record_turn_sync(db, session, episode, params.ts, params.user_text, params.turn_key)
-        return _BegunTurn(owner_of(session), session.id, episode.id, turn.id, None, outbox)
+        return _BegunTurn(owner_of(session), session.id, episode.id, turn.id, None, outbox, relation)
 
     async def _turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
         """Embed the query while the turn is recorded (they do not depend on each other), then retrieve."""
@@ -188,7 +195,21 @@ class TurnService:
 
     async def _record_and_retrieve(self, params: dto.TurnInputDTO, query_vector: QueryVector) -> dto.RetrievalResultDTO:
         started = time.perf_counter()
-        begun = await self._db.write(lambda db: self._begin_turn_sync(db, params))
+        deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
+        decide = None
+        if params.episode_id is None and params.user_text.strip():
+            budget_ms = min(self._settings.session.classify_timeout_ms, max((deadline_at - now_ms()) // 2, 0))
+            if budget_ms >= 100:  # an unsure heuristic may ask the LLM, within half the turn's deadline
+                decide = await llm_decide(
+                    self._db,
+                    self._llm,
+                    self._settings.session,
+                    params.session_id,
+                    params.user_text,
+                    params.ts,
+                    budget_ms,
+                )
+        begun = await self._db.write(lambda db: self._begin_turn_sync(db, params, decide))
         self._sessions.publish(begun.outbox)
         self.on_activity(begun.episode_id)
         if begun.cached_result is not None:
@@ -203,8 +224,7 @@ class TurnService:
             context_hints=params.context_hints,
             deadline_at=params.deadline_at,
         )
-        deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
-        if self._settings.retrieval.intent_llm and self._llm is not None:
+        if self._settings.retrieval.intent_llm and self._llm.available():
             intent = await classify_intent(params.user_text, self._llm)
         else:
             intent = classify_intent_heuristic(params.user_text)
@@ -396,7 +416,10 @@ class TurnService:
             error_signatures_json=step.error_signatures,
             vec_summary=vec_summary,
             vec_action=vec_action,
-            meta_json={"failed": step.failed} if step.failed else {},
+            meta_json={
+                **({"failed": True} if step.failed else {}),
+                **({"alpha": step.alpha} if step.alpha is not None else {}),
+            },
             owner_agent_kind=episode.owner_agent_kind,
             owner_profile_id=episode.owner_profile_id,
             owner_workspace_id=episode.owner_workspace_id,

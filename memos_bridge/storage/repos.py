@@ -104,6 +104,36 @@ def latest_turn(db: Session, episode_id: str) -> TurnRow | None:
     return db.scalars(stmt).first()
 
 
+def first_turn(db: Session, episode_id: str) -> TurnRow | None:
+    stmt = select(TurnRow).where(TurnRow.episode_id == episode_id).order_by(TurnRow.id).limit(1)
+    return db.scalars(stmt).first()
+
+
+def latest_reply_text(db: Session, episode_id: str) -> str:
+    """The agent's most recent reply text in the episode ('' when it has not replied yet)."""
+    stmt = (
+        select(TraceRow.agent_text)
+        .where(TraceRow.episode_id == episode_id, TraceRow.step_kind == "reply")
+        .order_by(TraceRow.ts.desc(), TraceRow.rid.desc())
+        .limit(1)
+    )
+    return db.scalar(stmt) or ""
+
+
+def latest_trace_ts(db: Session, episode_id: str) -> int | None:
+    return db.scalar(select(func.max(TraceRow.ts)).where(TraceRow.episode_id == episode_id))
+
+
+def latest_closed_episode(db: Session, session_id: str) -> EpisodeRow | None:
+    stmt = (
+        select(EpisodeRow)
+        .where(EpisodeRow.session_id == session_id, EpisodeRow.status == "closed")
+        .order_by(EpisodeRow.ended_at.desc(), EpisodeRow.started_at.desc())
+        .limit(1)
+    )
+    return db.scalars(stmt).first()
+
+
 def find_turn_by_text(db: Session, episode_id: str, user_text_hash: str) -> TurnRow | None:
     """The most recent turn of the episode with exactly this user text."""
     stmt = (

@@ -122,7 +122,7 @@ class LearningService:
             existing = db.scalar(select(FeedbackRow).where(FeedbackRow.evidence_id == params.evidence_id))
             if existing is not None:
                 return existing, False
-        trace = db.get(TraceRow, params.trace_id) if params.trace_id else None
+        trace = db.scalar(select(TraceRow).where(TraceRow.id == params.trace_id)) if params.trace_id else None
         if params.trace_id and trace is None:
             raise MemosError(ErrorCode.TRACE_NOT_FOUND, f"trace not found: {params.trace_id}")
         episode_id = params.episode_id or (trace.episode_id if trace else None)

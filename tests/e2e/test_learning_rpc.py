@@ -1,0 +1,102 @@
+"""The learning loop through the JSON-RPC boundary: feedback.submit, memory.flush, routing, host LLM scoring."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memos_bridge.client import RpcError, ServiceClient
+
+AGENT = "tester"
+
+
+def _start(client: ServiceClient, session: str, text: str, ts: int) -> dict[str, Any]:
+    result: dict[str, Any] = client.call(
+        "turn.start", {"agent": AGENT, "sessionId": session, "userText": text, "ts": ts}, timeout=60
+    )
+    return result
+
+
+def _end(client: ServiceClient, session: str, episode: str, ts: int, **extra: Any) -> dict[str, Any]:
+    params = {"agent": AGENT, "sessionId": session, "episodeId": episode, "ts": ts, **extra}
+    result: dict[str, Any] = client.call("turn.end", params, timeout=60)
+    return result
+
+
+TOOLS = [
+    {"name": "bash", "input": {"cmd": "python parse_13f.py"}, "output": "parsed 312 rows"},
+    {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"},
+]
+
+
+def _episode(client: ServiceClient, episode_id: str) -> dict[str, Any]:
+    listed = client.call("memory.list_episodes", {"limit": 50})
+    return next(e for e in listed["episodes"] if e["id"] == episode_id)
+
+
+def test_feedback_rescores_before_replying_and_a_retry_counts_once(service: ServiceClient) -> None:
+    session = service.call("session.open", {"agent": AGENT})["sessionId"]
+    episode = _start(service, session, "Total the 13F holdings per issuer into answers.json", 1_000)["query"][
+        "episodeId"
+    ]
+    traces = _end(service, session, episode, 2_000, agentText="Wrote answers.json.", toolCalls=TOOLS)["traceIds"]
+    service.call("episode.close", {"episodeId": episode})
+    flushed = service.call("memory.flush", {}, timeout=60)
+    assert flushed["ok"] is True and flushed["pending"] == 0 and flushed["chainsRun"] >= 1
+    assert _episode(service, episode)["rTask"] == pytest.approx(0.1)
+    params = {
+        "episodeId": episode,
+        "traceId": traces[-1],
+        "polarity": "negative",
+        "magnitude": 1.0,
+        "rationale": "values must be in thousands",
+        "raw": {"verifier": {"passed": 1, "total": 5}},
+        "evidenceId": "verifier-run-7",
+    }
+    stored = service.call("feedback.submit", params, timeout=60)
+    assert stored["id"].startswith("fb_") and stored["traceId"] == traces[-1] and stored["episodeId"] == episode
+    rescored = _episode(service, episode)["rTask"]
+    assert rescored is not None and rescored < 0  # partial credit (1/5): a failure-side reward
+    assert service.call("feedback.submit", params, timeout=60)["id"] == stored["id"]  # same evidenceId
+    with pytest.raises(RpcError) as bad:
+        service.call("feedback.submit", {"episodeId": episode, "polarity": "sideways"})
+    assert bad.value.code == -32602
+    with pytest.raises(RpcError) as missing:
+        service.call("feedback.submit", {"episodeId": "ep_missing", "polarity": "positive"})
+    assert missing.value.data["code"] == "episode_not_found"
+
+
+def test_a_new_task_cue_starts_a_new_episode_and_the_old_one_gets_scored_by_the_host_llm(home: Path) -> None:
+    asked: list[str] = []
+
+    def host_llm(params: dict[str, Any]) -> dict[str, Any]:
+        system = params["messages"][0]["content"]
+        asked.append(system[:40])
+        if "goal_achievement" in system:
+            text = {"goal_achievement": 0.8, "process_quality": 0.6, "user_satisfaction": 0.4, "label": "success"}
+        elif '"scores"' in system:
+            text = {"scores": [{"idx": 1, "alpha": 0.7, "usable": True}]}
+        else:
+            text = {"relation": "follow_up", "confidence": 0.5}
+        return {"text": json.dumps(text)}
+
+    env = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
+    with ServiceClient.spawn(home, env=env) as client:
+        client.on_request("host.llm.complete", host_llm)
+        session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        first = _start(client, session, "Total the 13F holdings per issuer into answers.json", 1_000)["query"][
+            "episodeId"
+        ]
+        _end(client, session, first, 2_000, agentText="Wrote answers.json.", toolCalls=TOOLS)
+        second = _start(client, session, "new task: summarise the meeting notes in notes.md", 3_000)["query"][
+            "episodeId"
+        ]
+        assert second != first
+        client.call("memory.flush", {}, timeout=60)
+        scored = _episode(client, first)
+        assert scored["status"] == "closed"
+        assert scored["rTask"] == pytest.approx(0.45 * 0.8 + 0.30 * 0.6 + 0.25 * 0.4)
+        assert any("grade" in a.lower() for a in asked)
