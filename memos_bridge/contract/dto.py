@@ -477,6 +477,14 @@ class HealthPathsDTO(WireModel):
     logs: str
 
 
+class LearningHealthDTO(WireModel):
+    pending: int = Field(..., description="Episodes waiting for their feedback window to end.")
+    running: int
+    chains_run: int
+    chains_failed: int
+    last_error: str = ""
+
+
 class CoreHealthDTO(WireModel):
     ok: bool
     version: str
@@ -487,6 +495,10 @@ class CoreHealthDTO(WireModel):
     llm: ModelHealthDTO
     embedder: ModelHealthDTO
     connections: int = Field(0, description="Live client connections.")
+    learning: LearningHealthDTO | None = Field(None, description="The background learning queue.")
+    llm_usage: dict[str, Any] | None = Field(
+        None, description="Per-operation LLM counters (calls, failures, malformed, tokens, latency), breakers, budget."
+    )
 
 
 class EmptyParams(WireModel):

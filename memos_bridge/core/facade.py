@@ -82,6 +82,7 @@ class MemoryCore:
         self.turns.gate = self.learning.gate
         self.turns.on_activity = self.learning.touch
         self.repair = RepairService(self.learning.ctx)
+        self.turns.repairs = self.repair
 
     # ------------------------------------------------------------ lifecycle
 
@@ -143,13 +144,21 @@ class MemoryCore:
                 last_error=embed.last_error,
             ),
             connections=self._connections() if callable(self._connections) else 0,
+            learning=dto.LearningHealthDTO(
+                pending=len(self.learning.queue.pending),
+                running=len(self.learning.queue.running),
+                chains_run=self.learning.queue.stats.chains_run,
+                chains_failed=self.learning.queue.stats.chains_failed,
+                last_error=self.learning.queue.stats.last_error,
+            ),
+            llm_usage=self.llm.stats(),
         )
 
     async def llm_test(self, params: dto.LlmTestParams) -> dto.LlmTestResult:
         started = time.perf_counter()
         try:
             completion = await self.llm.complete(
-                [ChatMessage("user", params.prompt)], timeout_ms=params.timeout_ms, max_tokens=64
+                [ChatMessage("user", params.prompt)], timeout_ms=params.timeout_ms, max_tokens=64, op="llm.test"
             )
         except MemosError as exc:
             return dto.LlmTestResult(

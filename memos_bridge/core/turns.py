@@ -31,6 +31,7 @@ from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.capture import StepDraft, extract_steps
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.learning.queue import ForegroundGate
+from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.relation import RelationDecision
 from memos_bridge.core.routing import llm_decide
 from memos_bridge.core.sessions import (
@@ -109,6 +110,7 @@ class TurnService:
         self._inflight: OrderedDict[tuple[str, str], _InFlight] = OrderedDict()
         self.gate = ForegroundGate()  # MemoryCore shares the learning queue's gate: learning waits for turns
         self.on_activity: Callable[[str], None] = lambda _episode_id: None  # the stale-topic sweep's clock
+        self.repairs: RepairService | None = None  # set by MemoryCore: corrections and fresh repairs
 
     # ------------------------------------------------------------ turn.start
 
@@ -197,7 +199,7 @@ class TurnService:
         started = time.perf_counter()
         deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
         decide = None
-        if params.episode_id is None and params.user_text.strip():
+        if params.episode_id is None and params.user_text.strip() and not self._settings.lightweight:
             budget_ms = min(self._settings.session.classify_timeout_ms, max((deadline_at - now_ms()) // 2, 0))
             if budget_ms >= 100:  # an unsure heuristic may ask the LLM, within half the turn's deadline
                 decide = await llm_decide(
@@ -224,11 +226,15 @@ class TurnService:
             context_hints=params.context_hints,
             deadline_at=params.deadline_at,
         )
-        if self._settings.retrieval.intent_llm and self._llm.available():
+        if self._settings.retrieval.intent_llm and not self._settings.lightweight and self._llm.available():
             intent = await classify_intent(params.user_text, self._llm)
         else:
             intent = classify_intent_heuristic(params.user_text)
-        plan = schedule_injection(intent, params.user_text)
+        relation = begun.relation.relation if begun.relation is not None else None
+        plan = schedule_injection(intent, params.user_text, "follow_up" if relation == "append" else relation)
+        repairs = await self._repairs_for(begun, params)
+        if repairs:
+            query.reason = "decision_repair"  # fresh repairs: that plan (low-value traces too) and its header
         result = await self._retriever.retrieve_safely(
             query,
             begun.owner,
@@ -236,6 +242,7 @@ class TurnService:
             deadline_at=deadline_at,
             injection=plan,
             query_vector=query_vector,
+            repairs=repairs,
         )
         self._events.emit(
             EventType.RETRIEVAL_HIT if result.hits else EventType.RETRIEVAL_EMPTY,
@@ -267,6 +274,21 @@ class TurnService:
         # write is not worth making the host wait for; a shutdown drains it.
         await self._background.submit("turn.start:save", lambda: self._db.write(save))
         return result
+
+    async def _repairs_for(self, begun: _BegunTurn, params: dto.TurnInputDTO) -> list[dto.RepairDTO]:
+        """A correction in this turn becomes a repair now (template: this is the hot path; the LLM rewords
+        it in the background), and every fresh repair of the session is injected into this turn."""
+        if self.repairs is None or self._settings.lightweight:
+            return []
+        relation = begun.relation
+        if relation is not None and relation.is_correction:
+            made = await self.repairs.from_correction(
+                begun.session_id, begun.episode_id, begun.owner, relation.correction_text, params.user_text
+            )
+            if made is not None and self._llm.available(begun.episode_id):
+                repairs = self.repairs
+                await self._background.submit("repair.refine", lambda: repairs.refine(made.id, params.user_text))
+        return await self.repairs.active_guidance(begun.session_id, self.repairs.ctx.clock())
 
     # ------------------------------------------------------------ turn.end
 

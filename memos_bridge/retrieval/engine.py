@@ -248,9 +248,11 @@ class Retriever:
         top_k: dto.TopKDTO | None = None,
         injection: InjectionPlan | None = None,
         query_vector: QueryVector | None = None,
+        repairs: list[dto.RepairDTO] | None = None,
     ) -> dto.RetrievalResultDTO:
         """Retrieve for `query`; `injection` (from the intent scheduler) may skip retrieval or narrow the tiers;
-        `query_vector`, when started by the caller for the same `retrieval_text`, replaces the embedding."""
+        `query_vector`, when started by the caller for the same `retrieval_text`, replaces the embedding;
+        `repairs` (the session's fresh decision repairs) are rendered first as decision guidance."""
         started = time.perf_counter()
         remaining_s = (deadline_at - now_ms()) / 1000
         stats = dto.RetrievalStatsDTO(scenario=injection.scenario if injection else None)
@@ -267,7 +269,7 @@ class Retriever:
             try:
                 with anyio.fail_after(remaining_s):
                     hits, context, found, latency = await self._retrieve(
-                        query, owner, visible, top_k, injection, deadline_at, query_vector
+                        query, owner, visible, top_k, injection, deadline_at, query_vector, repairs or []
                     )
                 found.scenario = stats.scenario
                 stats = found
@@ -277,6 +279,14 @@ class Retriever:
             except Exception:
                 log.exception("retrieval failed; returning an empty result")
                 stats = dto.RetrievalStatsDTO(skipped_reason="error", scenario=stats.scenario)
+        skipped_by_intent = injection is not None and not injection.retrieve
+        if not context and repairs and not skipped_by_intent:
+            # nothing recalled (or retrieval failed): the session's fresh repairs are still worth injecting
+            only = RenderInput(
+                repair_preference=[r.preference for r in repairs],
+                repair_anti_pattern=[r.anti_pattern for r in repairs],
+            )
+            context = render_block(only, reason="decision_repair", options=self._render_options())
         stats.total_ms = round((time.perf_counter() - started) * 1000, 2)
         return dto.RetrievalResultDTO(
             query=query, hits=hits, injected_context=context, tier_latency_ms=latency, stats=stats
@@ -308,6 +318,7 @@ class Retriever:
         injection: InjectionPlan | None = None,
         deadline_at: int | None = None,
         query_vector: QueryVector | None = None,
+        repairs: list[dto.RepairDTO] | None = None,
     ) -> tuple[list[dto.RetrievalHitDTO], str, dto.RetrievalStatsDTO, dto.TierLatencyDTO]:
         text = retrieval_text(query.query)
         plan = plan_for(query.reason or "turn_start", self._settings, top_k)
@@ -396,6 +407,9 @@ class Retriever:
         stats.returned = len(picked)
         hits = [self._hit(c, rrf_k) for c in picked]
         data = self._render_input(picked)
+        for repair in repairs or []:
+            data.repair_preference.append(repair.preference)
+            data.repair_anti_pattern.append(repair.anti_pattern)
         trace_ids = [c.ref_id for c in picked if c.kind == "trace"]
         recalled_policies = {c.ref_id for c in picked if c.kind == "experience"}
         if trace_ids:
@@ -403,21 +417,20 @@ class Retriever:
                 lambda db: hotpath.linked_guidance(db, trace_ids, owner, exclude=recalled_policies)
             )
             data.linked_preference, data.linked_anti_pattern = prefer, avoid
-        context = render_block(
-            data,
-            reason=plan.reason,
-            options=RenderOptions(
-                snippet_max_chars=self._settings.snippet_max_chars,
-                total_max_chars=self._settings.char_budget,
-                skill_mode=self._settings.skill_injection_mode,
-            ),
-        )
+        context = render_block(data, reason=plan.reason, options=self._render_options())
         latency = dto.TierLatencyDTO(
             tier1=round(tier_ms.get(1, 0.0), 2),
             tier2=round(tier_ms.get(2, 0.0), 2),
             tier3=round(tier_ms.get(3, 0.0), 2),
         )
         return hits, context, stats, latency
+
+    def _render_options(self) -> RenderOptions:
+        return RenderOptions(
+            snippet_max_chars=self._settings.snippet_max_chars,
+            total_max_chars=self._settings.char_budget,
+            skill_mode=self._settings.skill_injection_mode,
+        )
 
     async def _embed_query(
         self,

@@ -112,9 +112,21 @@ class RenderInput:
     # learned on that past step travels with it.
     linked_preference: list[str] = field(default_factory=list)
     linked_anti_pattern: list[str] = field(default_factory=list)
+    # Fresh decision repairs of this session (a failure burst or a user correction): the most urgent
+    # guidance, shown first, even when nothing else was recalled.
+    repair_preference: list[str] = field(default_factory=list)
+    repair_anti_pattern: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not (self.skills or self.episodes or self.traces or self.experiences or self.worlds)
+        return not (
+            self.skills
+            or self.episodes
+            or self.traces
+            or self.experiences
+            or self.worlds
+            or self.repair_preference
+            or self.repair_anti_pattern
+        )
 
 
 @dataclass(frozen=True)
@@ -226,17 +238,26 @@ def clamp_lines(text: str, limit: int) -> str:
 
 
 def _guidance(data: RenderInput, shown: list[ExperienceSnippet]) -> tuple[list[str], list[str]]:
-    """Prefer/Avoid lines from recalled skills first (they win), then experiences, then policies linked to
-    recalled traces; no repeats."""
+    """Prefer/Avoid lines from this session's fresh repairs first, then recalled skills, then experiences, then
+    policies linked to recalled traces; no repeats."""
     prefer: list[str] = []
     avoid: list[str] = []
-    sources: list[tuple[list[str], list[str]]] = [(s.preference, s.anti_pattern) for s in data.skills]
+    sources: list[tuple[list[str], list[str]]] = [(data.repair_preference, data.repair_anti_pattern)]
+    sources += [(s.preference, s.anti_pattern) for s in data.skills]
     sources += [(e.preference, e.anti_pattern) for e in shown]
     sources.append((data.linked_preference, data.linked_anti_pattern))
     for preference, anti_pattern in sources:
-        prefer.extend(line for line in preference if line and line not in prefer)
-        avoid.extend(line for line in anti_pattern if line and line not in avoid)
+        prefer.extend(line for line in map(_unlabel, preference) if line and line not in prefer)
+        avoid.extend(line for line in map(_unlabel, anti_pattern) if line and line not in avoid)
     return prefer[:5], avoid[:5]
+
+
+_GUIDANCE_LABEL = re.compile(r"^\s*(?:prefer|avoid|do|don't|偏好|避免)\s*[:：]\s*", re.IGNORECASE)
+
+
+def _unlabel(line: str) -> str:
+    """Guidance stored as "Prefer: …" / "Avoid: …" is rendered under its own label once, not twice."""
+    return _GUIDANCE_LABEL.sub("", line).strip()
 
 
 # ---------------------------------------------------------------- the block

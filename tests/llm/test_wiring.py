@@ -68,13 +68,13 @@ async def test_core_builds_a_facade_around_the_host_provider_and_logs_calls(core
     assert await core.llm.flush_logs()
     rows = await core.db.read(lambda s: list(s.scalars(select(ApiLogRow).order_by(ApiLogRow.id))))
     assert [(r.tool_name, r.success) for r in rows] == [
-        ("llm:complete", True),
+        ("llm:llm.test", True),
         ("llm:session.intent", False),
         ("llm:session.intent", False),
     ]
     assert rows[1].input_json["prompt"] == "session.intent.classify"
     stats = core.llm.stats()["ops"]
-    assert stats["session.intent"]["malformed"] == 2 and stats["complete"]["calls"] == 1
+    assert stats["session.intent"]["malformed"] == 2 and stats["llm.test"]["calls"] == 1
 
 
 @pytest.fixture
