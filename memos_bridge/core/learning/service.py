@@ -21,6 +21,7 @@ from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.learning.context import LearningContext
+from memos_bridge.core.learning.l2 import l2_stage
 from memos_bridge.core.learning.queue import ForegroundGate, LearningQueue
 from memos_bridge.core.learning.reward_stage import RewardReport, run_reward
 from memos_bridge.core.sessions import Outbox, finalize_episode_sync
@@ -62,7 +63,7 @@ class LearningService:
             gate=self.gate,
         )
         #: Stages after reward, in order, each `(ctx, episode_id, reward_report)`; skipped episodes stop early.
-        self.stages: list[tuple[str, Stage]] = []
+        self.stages: list[tuple[str, Stage]] = [("l2", l2_stage)]
         self.last_reports: dict[str, ChainReport] = {}
         self._monotonic = monotonic
         self._started = monotonic()
