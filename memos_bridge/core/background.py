@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
+from sqlalchemy.orm import Session
+
+from memos_bridge.storage.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +76,60 @@ class BackgroundWork:
             self._running -= 1
             if self._running == 0:
                 self._idle.set()
+
+
+Write = Callable[[Session], None]
+
+
+class WriteBehind:
+    """Small writes nobody waits for (a turn's cached result, its api_logs row), committed together.
+
+    SQLite has one writer: a write per turn issued in the background still makes the *next* turn's own
+    write wait for the lock. Queued writes are instead applied in one transaction by a single flusher
+    that runs `min_delay_s` after the first queued write, once no foreground request is in flight (or
+    `max_delay_s` later at most), so a burst of turns costs one commit, not one per turn. A crash loses at
+    most that fraction of a second of cached results (a retried turn then simply runs again). Each write runs in its own
+    savepoint: a failing one is logged and dropped without losing the others.
+    """
+
+    def __init__(
+        self, db: Database, background: BackgroundWork, *, min_delay_s: float = 0.05, max_delay_s: float = 0.25
+    ) -> None:
+        self._db = db
+        self._background = background
+        self._min_delay_s = min_delay_s
+        self._max_delay_s = max_delay_s
+        self._queue: list[tuple[str, Write]] = []
+        self._scheduled = False
+        self.quiet: Callable[[float], Awaitable[None]] | None = None  # e.g. ForegroundGate.wait_quiet
+        self.dropped = 0
+
+    async def add(self, name: str, write: Write) -> None:
+        self._queue.append((name, write))
+        if not self._scheduled:
+            self._scheduled = True
+            await self._background.submit("write-behind", self._flush_later)
+
+    async def _flush_later(self) -> None:
+        try:
+            if self._background.attached:
+                await anyio.sleep(self._min_delay_s)  # let a burst of turns queue up behind one commit
+                if self.quiet is not None:
+                    await self.quiet(self._max_delay_s)
+        finally:
+            self._scheduled = False
+        await self.flush()
+
+    async def flush(self) -> None:
+        batch, self._queue = self._queue, []
+        if batch:
+            await self._db.write(lambda db: self._apply(db, batch))
+
+    def _apply(self, db: Session, batch: list[tuple[str, Write]]) -> None:
+        for name, write in batch:
+            try:
+                with db.begin_nested():
+                    write(db)
+            except Exception:
+                self.dropped += 1
+                log.exception("deferred write %s failed; dropped", name)

@@ -80,6 +80,7 @@ class MemoryCore:
         )
         self.sessions.finalized_hooks.append(self.learning.on_finalized)
         self.turns.gate = self.learning.gate
+        self.turns.write_behind.quiet = self.learning.gate.wait_quiet
         self.turns.on_activity = self.learning.touch
         self.repair = RepairService(self.learning.ctx)
         self.turns.repairs = self.repair
@@ -99,6 +100,7 @@ class MemoryCore:
         deferred writes. The server calls this before it stops."""
         await self.learning.flush()
         await self.background.drain()
+        await self.turns.write_behind.flush()
 
     async def shutdown(self) -> None:
         self.events.emit(EventType.SYSTEM_SHUTDOWN, {})
@@ -208,6 +210,7 @@ class MemoryCore:
     async def flush(self, _params: dto.EmptyParams | None = None) -> dto.FlushResult:
         result = await self.learning.flush()
         await self.background.drain()
+        await self.turns.write_behind.flush()
         return result
 
     # ------------------------------------------------------------ memory reads

@@ -27,7 +27,7 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
-from memos_bridge.core.background import BackgroundWork
+from memos_bridge.core.background import BackgroundWork, WriteBehind
 from memos_bridge.core.capture import StepDraft, extract_steps
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.learning.queue import ForegroundGate
@@ -99,6 +99,7 @@ class TurnService:
         llm: LLMFacade | None = None,
     ) -> None:
         self._background = background
+        self.write_behind = WriteBehind(db, background)
         self._llm = llm or LLMFacade([NoLLM()])
         self._db = db
         self._embedder = embedder
@@ -272,7 +273,7 @@ class TurnService:
 
         # The saved result only serves a retry after a restart (in-process retries use `_inflight`), so the
         # write is not worth making the host wait for; a shutdown drains it.
-        await self._background.submit("turn.start:save", lambda: self._db.write(save))
+        await self.write_behind.add("turn.start:save", save)
         return result
 
     async def _repairs_for(self, begun: _BegunTurn, params: dto.TurnInputDTO) -> list[dto.RepairDTO]:
