@@ -118,6 +118,13 @@ def _learning_columns(conn: Connection) -> None:
         ensure_column(conn, repairs.c[name])
 
 
+def _experience_columns(conn: Connection) -> None:
+    """Issue 5: experiences carry domain tags (world models group by them) and a meta record."""
+    policies = _table(PolicyRow)
+    ensure_column(conn, policies.c.tags_json)
+    ensure_column(conn, policies.c.meta_json)
+
+
 def _table(model: type[Any]) -> Table:
     tbl = model.__table__
     assert isinstance(tbl, Table)
@@ -128,6 +135,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline", _baseline),
     Migration(2, "fts5", _fts5),
     Migration(3, "learning_columns", _learning_columns),
+    Migration(4, "experience_columns", _experience_columns),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

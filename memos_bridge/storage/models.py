@@ -336,6 +336,10 @@ class PolicyRow(SearchableMixin, Base):
     # L2 pattern signature "primaryTag|secondaryTag|tool|errCode" of the evidence it was induced from, so
     # association can add the signature bonus the reference designed but never wired ("" = unknown).
     signature: Mapped[str] = _str("")
+    # Domain/task-family tags of the experience (e.g. "sec13f", "xml") — world models group by them.
+    tags_json: Mapped[list[str]] = _json_list()
+    # Stage bookkeeping that is not worth a column: skill skip reasons, builder provenance, gain history.
+    meta_json: Mapped[dict[str, Any]] = _json_dict()
     vec: Mapped[bytes | None] = _vector()
     created_at: Mapped[int] = _ms()
     updated_at: Mapped[int] = _ms()
