@@ -275,7 +275,13 @@ class MemoryCore:
             previews = repos.first_user_texts(db, [row.id for row in rows])
             return dto.ListEpisodesResult(
                 episode_ids=[row.id for row in rows],
-                episodes=[episode_dto(row, previews.get(row.id, "")) for row in rows],
+                episodes=[episode_dto(row, _preview(row, previews)) for row in rows],
             )
 
         return await self.db.read(work)
+
+
+def _preview(row: Any, first_user_texts: dict[str, str]) -> str:
+    """The LLM's task title when the episode has one (set by the reward stage), else its first request."""
+    titled = ((row.meta_json or {}).get("reward") or {}).get("summary") or {}
+    return str(titled.get("title") or first_user_texts.get(row.id, ""))

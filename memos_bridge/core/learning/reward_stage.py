@@ -6,9 +6,9 @@ R_human (verifier → LLM axes → feedback → transcript heuristic, `core/rewa
 back-propagates V over the steps and writes value, α, r_human and priority on every trace plus `r_task`,
 the outcome and a `meta.reward` record on the episode. Re-running (late feedback) overwrites, never adds.
 
-LLM use is bounded: at most two calls per run (R_human, one reflection batch), both skipped when the
-facade says no LLM is available (none configured, breaker open, budget spent) — the deterministic paths
-then produce the same fields.
+LLM use is bounded: at most three calls per run (R_human, one reflection batch, the episode title and
+summary), all skipped when the facade says no LLM is available (none configured, breaker open, budget
+spent) — the deterministic paths then produce the same fields.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from memos_bridge.core import reward
 from memos_bridge.core.capture import tool_signature
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.text import clip
-from memos_bridge.llm.prompts import R_HUMAN_SCORE, REFLECTION_SCORE, StepScore
+from memos_bridge.llm.prompts import EPISODE_SUMMARIZE, R_HUMAN_SCORE, REFLECTION_SCORE, StepScore
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow, TurnRow
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,7 @@ async def run_reward(ctx: LearningContext, episode_id: str, trigger: str) -> Rew
         except MemosError as exc:
             log.info("R_human LLM scoring unavailable (%s); using the deterministic score", exc.code.value)
     human = reward.score_human(axes=axes, feedback=signals, digest=digest)
+    titled = await _summarise(ctx, episode_id, summary, report) if use_llm else None
 
     alphas = await _alphas(ctx, episode_id, data.traces, summary, human, use_llm, report)
     now = ctx.clock()
@@ -216,6 +217,8 @@ async def run_reward(ctx: LearningContext, episode_id: str, trigger: str) -> Rew
         "feedbackCount": len(data.feedback),
         "llmCalls": report.llm_calls,
     }
+    if titled is not None:
+        record["summary"] = titled
     trace_ids = [t.id for t in data.traces]
     await ctx.db.write(lambda db: _persist(db, episode_id, trace_ids, scored, human.r_human, record))
     report.r_task, report.outcome, report.source = scored.r_task, scored.outcome, human.source
@@ -225,6 +228,22 @@ async def run_reward(ctx: LearningContext, episode_id: str, trigger: str) -> Rew
         {"episodeId": episode_id, "rTask": scored.r_task, "outcome": scored.outcome, "source": human.source},
     )
     return report
+
+
+async def _summarise(
+    ctx: LearningContext, episode_id: str, summary: str, report: RewardReport
+) -> dict[str, str] | None:
+    """An LLM title and summary of the finished task (for episode lists and previews); the deterministic
+    task summary stays the scoring input either way."""
+    try:
+        answer = await ctx.llm.complete_json(
+            EPISODE_SUMMARIZE, {"transcript": summary}, op="episode.summarize", episode_id=episode_id
+        )
+    except MemosError as exc:
+        log.info("episode summary unavailable (%s)", exc.code.value)
+        return None
+    report.llm_calls += 1
+    return {"title": answer.title, "text": answer.summary}
 
 
 async def _alphas(

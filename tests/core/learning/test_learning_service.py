@@ -11,6 +11,7 @@ from sqlalchemy import select
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core.facade import MemoryCore
+from memos_bridge.llm.budget import CallBudget
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.storage.models import EpisodeRow, TraceRow
 from tests.llm.fakes import ScriptedProvider
@@ -176,6 +177,8 @@ def _scripted_llm() -> ScriptedProvider:
             )
         if '"scores"' in system:
             return json.dumps({"scores": [{"idx": 1, "alpha": 0.8, "usable": True}]})
+        if "Summarise one finished task" in system:
+            return json.dumps({"title": "13F totals per issuer", "summary": "Summed values.", "outcome": "success"})
         if "ONE reusable procedure" in system:
             return json.dumps(
                 {
@@ -200,9 +203,10 @@ async def test_with_an_llm_the_axes_and_alpha_come_from_it_in_two_calls(core_fac
     await core.flush()
     row = await episode_row(core, episode)
     record = row.meta_json["reward"]
-    assert record["source"] == "llm" and record["llmCalls"] == 2
-    # the whole chain of a 10-step episode: R_human + one reflection batch + at most one L2 induction
-    assert len(provider.calls) - before <= 3
+    assert record["source"] == "llm" and record["llmCalls"] == 3
+    assert record["summary"]["title"] == "13F totals per issuer"
+    # the whole chain of a 10-step episode: R_human + one reflection batch + summary + at most one L2 induction
+    assert len(provider.calls) - before <= 4
     assert core.llm.stats()["ops"]["l2.induction"]["calls"] == 1
     assert row.r_task == pytest.approx(0.45 + 0.15)
     steps = await traces(core, episode)
@@ -251,3 +255,22 @@ async def test_the_stale_sweep_finalises_abandoned_topics_on_service_time(core_f
     assert await core.learning.sweep_stale() == [idle]
     assert (await episode_row(core, idle)).close_reason == "stale"
     assert core.learning.queue.pending == [idle]
+
+
+async def test_session_close_finalises_and_learns_before_replying(core_factory: Any) -> None:
+    core = await core_factory()
+    episode, _ = await run_task(core, "se_13", 1_000_000)
+    await core.close_session(dto.SessionCloseParams(session_id="se_13"))
+    row = await episode_row(core, episode)
+    assert row.status == "closed" and row.close_reason == "session_closed"
+    assert row.meta_json["reward"]["status"] == "done" and core.learning.queue.pending == []
+
+
+async def test_the_llm_budget_per_episode_holds_in_the_chain(core_factory: Any) -> None:
+    provider = _scripted_llm()
+    core = await core_factory(llm=LLMFacade([provider], budget=CallBudget(1, 0)))
+    episode, _ = await run_task(core, "se_14", 1_000_000, tools=9)
+    await core.close_episode(dto.EpisodeCloseParams(episode_id=episode))
+    await core.flush()
+    assert len(provider.calls) == 1  # R_human; reflection, summary and induction fell back to rules
+    assert (await episode_row(core, episode)).meta_json["reward"]["alphaSources"][0] == "none"
