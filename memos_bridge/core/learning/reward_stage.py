@@ -13,6 +13,7 @@ spent) — the deterministic paths then produce the same fields.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -186,9 +187,17 @@ async def run_reward(ctx: LearningContext, episode_id: str, trigger: str) -> Rew
         except MemosError as exc:
             log.info("R_human LLM scoring unavailable (%s); using the deterministic score", exc.code.value)
     human = reward.score_human(axes=axes, feedback=signals, digest=digest)
-    titled = await _summarise(ctx, episode_id, summary, report) if use_llm else None
+    # A re-score (late feedback, a reopened task finalised again) of the same steps reuses the LLM's title
+    # and reflection weights: only the reward changes, so only R_human is worth asking again.
+    trace_key = hashlib.sha1("\n".join(t.id for t in data.traces).encode()).hexdigest()[:16]
+    previous = (data.episode.meta_json or {}).get("reward") or {}
+    same_steps = previous.get("status") == "done" and previous.get("traceKey") == trace_key
+    titled = previous.get("summary") if same_steps else None
+    if titled is None and use_llm:
+        titled = await _summarise(ctx, episode_id, summary, report)
+    reuse = list(previous.get("alphaSources") or []) if same_steps else []
 
-    alphas = await _alphas(ctx, episode_id, data.traces, summary, human, use_llm, report)
+    alphas = await _alphas(ctx, episode_id, data.traces, summary, human, use_llm, report, reuse)
     now = ctx.clock()
     ages = [max(now - t.ts, 0) / reward.MS_PER_DAY for t in data.traces]
     scored = reward.score_episode(
@@ -214,6 +223,7 @@ async def run_reward(ctx: LearningContext, episode_id: str, trigger: str) -> Rew
         "outcomeReason": scored.outcome_reason,
         "alphaSources": [a.source for a in alphas],
         "traceCount": len(data.traces),
+        "traceKey": trace_key,
         "feedbackCount": len(data.feedback),
         "llmCalls": report.llm_calls,
     }
@@ -254,10 +264,19 @@ async def _alphas(
     human: reward.HumanScore,
     use_llm: bool,
     report: RewardReport,
+    reuse: list[str],
 ) -> list[reward.AlphaScore]:
-    """α per step; one LLM batch covers the steps the adapter and the reflection heuristic left at 0."""
+    """α per step; one LLM batch covers the steps the adapter and the reflection heuristic left at 0.
+
+    `reuse` holds the α sources of an earlier run over the same steps: its LLM weights (stored on the
+    traces) are taken again instead of asking again."""
     floor = ctx.settings.learning.reward.alpha_floor
     llm_scores: dict[int, StepScore] = {}
+    if len(reuse) == len(traces):
+        for i, (trace, source) in enumerate(zip(traces, reuse, strict=True)):
+            if source == "llm":
+                llm_scores[i] = StepScore(idx=i + 1, alpha=trace.alpha, usable=trace.alpha > 0)
+        use_llm = False
     wanted = [i for i, t in enumerate(traces) if reward.needs_llm_alpha(_adapter_alpha(t), t.reflection, floor)]
     if use_llm and wanted and len(traces) > 1:  # a single step takes R whatever its α
         shown = wanted[:MAX_LLM_STEPS]

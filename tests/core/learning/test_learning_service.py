@@ -213,6 +213,12 @@ async def test_with_an_llm_the_axes_and_alpha_come_from_it_in_two_calls(core_fac
     assert steps[0].alpha == pytest.approx(0.8) and record["alphaSources"][0] == "llm"
     ops = core.llm.stats()["ops"]
     assert ops["reward.r_human"]["calls"] == 1 and ops["reflection.score"]["calls"] == 1
+    # late feedback on the same steps re-asks only for R_human; title and α are reused
+    await feedback(core, episode, "positive", 1.0)
+    ops = core.llm.stats()["ops"]
+    assert ops["reward.r_human"]["calls"] == 2
+    assert ops["reflection.score"]["calls"] == 1 and ops["episode.summarize"]["calls"] == 1
+    assert (await traces(core, episode))[0].alpha == pytest.approx(0.8)
 
 
 async def test_a_failed_or_malformed_llm_falls_back_to_the_deterministic_score(core_factory: Any) -> None:
