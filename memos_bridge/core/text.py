@@ -39,7 +39,12 @@ def clamp_head_tail(text: str, limit: int, head_share: float = 0.55) -> str:
 
 def clip(text: str, limit: int) -> str:
     """Clip to `limit` characters with an ellipsis, on a word boundary when one is near."""
-    text = squash(text)
+    window = 4 * limit + 16
+    if len(text) > window:  # squash only what can end up in the result (texts can be many KB)
+        head = squash(text[:window])
+        text = head if len(head) > limit else squash(text)
+    else:
+        text = squash(text)
     if len(text) <= limit:
         return text
     cut = text[: max(limit - 1, 1)]
