@@ -202,3 +202,49 @@ def test_benchmark_100k_by_384() -> None:
         index.search(query, 10, FILTER_A)
         timings.append(time.perf_counter() - start)
     assert float(np.median(timings)) < 0.1
+
+
+def clustered_rows(rng: np.random.Generator, n: int, dim: int, topics: int) -> NDArray[np.float32]:
+    """Rows near one of `topics` random directions (cosine ≈ 0.7 to it), like embeddings of real texts."""
+    centres = unit_rows(rng, topics, dim)
+    rows = centres[rng.integers(0, topics, n)] + 0.6 * unit_rows(rng, n, dim)
+    unit: NDArray[np.float32] = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return unit
+
+
+def test_large_indexes_probe_a_coarse_quantizer_with_high_recall() -> None:
+    from memos_bridge.storage import vectors
+
+    rng = np.random.default_rng(11)
+    n, dim = vectors.IVF_MIN_ROWS + 5_000, 64
+    matrix = clustered_rows(rng, n, dim, topics=200)
+    index = VectorIndex(dim)
+    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    assert index.ivf_lists == int(np.sqrt(n))
+    recalls = []
+    for query in clustered_rows(rng, 40, dim, topics=200):
+        exact = set(brute_force(matrix, query, 20))
+        found = {int(item[1:]) for item, _ in index.search(query, 20)}
+        recalls.append(len(found & exact) / 20)
+    assert float(np.mean(recalls)) >= 0.9
+    # rows added after training are tagged on insert and found; removed rows are gone
+    fresh = matrix[0] + 0.01 * unit_rows(rng, 1, dim)[0]
+    index.upsert("fresh", fresh, A)
+    assert index.search(fresh, 1)[0][0] == "fresh"
+    index.remove("fresh")
+    index.remove("v0")
+    assert "v0" not in {item for item, _ in index.search(matrix[0], 50)}
+    # the owner filter still applies on the probed subset
+    index.upsert("theirs", matrix[1], B)
+    assert "theirs" not in {item for item, _ in index.search(matrix[1], 20, FILTER_A)}
+    assert index.search(matrix[1], 1, FILTER_B)[0][0] == "theirs"
+
+
+def test_small_indexes_stay_exact() -> None:
+    rng = np.random.default_rng(12)
+    matrix = unit_rows(rng, 500, 32)
+    index = VectorIndex(32)
+    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    assert index.ivf_lists == 0
+    query = rng.standard_normal(32).astype(np.float32)
+    assert [int(item[1:]) for item, _ in index.search(query, 10)] == brute_force(matrix, query, 10)
