@@ -22,8 +22,10 @@ nothing (PostgreSQL full-text search can be added behind the same functions late
 from __future__ import annotations
 
 import functools
+import threading
+import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -251,7 +253,10 @@ def fts_search(
     """
     if limit <= 0 or not _is_sqlite(session):
         return []
-    expr = match_expression(query_terms(query_text), tokenizer)
+    terms = query_terms(query_text)
+    if tokenizer == "word":
+        terms = COMMON_TERMS.prune(session, kind, terms)
+    expr = match_expression(terms, tokenizer)
     if expr is None:
         return []
     inner = max(limit * INNER_FACTOR, INNER_MIN)
@@ -264,6 +269,69 @@ def fts_search(
     if len(top) < limit and _saturated(session, kind, tokenizer, expr, inner):
         top = session.execute(_fts_statement(kind, tokenizer, owner_sql, exhaustive=True), params).all()
     return [(str(row_id), -float(score)) for row_id, score in top]
+
+
+class CommonTerms:
+    """Drops very common words from large word-index queries, keeping the rarest ones.
+
+    bm25 must score every row a term matches, so a word found in a twentieth of 100k traces costs more
+    than all the rare words of the query together, while its IDF (ln(20) ≈ 3 against ≈ 10 for a rare word)
+    barely moves the ranking. On a table of at least `min_rows` rows, a term matching more than `share` of
+    them is dropped, unless it is among the `keep` rarest terms of the query. Document frequencies are
+    counted with a bounded MATCH (never more than `share` × rows + 1 rows visited) and cached for
+    `ttl_s`; row counts too. Small tables are never pruned: exact ranking costs little there.
+    """
+
+    def __init__(self, *, min_rows: int = 20_000, share: float = 0.05, keep: int = 2, ttl_s: float = 600.0) -> None:
+        self.min_rows, self.share, self.keep, self.ttl_s = min_rows, share, keep, ttl_s
+        self._df: dict[tuple[str, str, str], tuple[int, float]] = {}
+        self._rows: dict[tuple[str, str], tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def _cached(self, cache: dict[Any, tuple[int, float]], key: Any, compute: Callable[[], int]) -> int:
+        now = time.monotonic()
+        with self._lock:
+            hit = cache.get(key)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        value = compute()
+        with self._lock:
+            if len(cache) > 50_000:
+                cache.clear()
+            cache[key] = (value, now + self.ttl_s)
+        return value
+
+    def prune(self, session: Session, kind: FtsKind, terms: list[str]) -> list[str]:
+        if len(terms) <= self.keep:
+            return terms
+        spec = FTS_SPECS[kind]
+        base, fts = _q(spec.base_table.name), _q(spec.fts_table("word"))
+        bind = session.get_bind()
+        database = str(bind.engine.url)  # caches are per database (tests open many)
+        rows = self._cached(
+            self._rows,
+            (database, base),
+            lambda: int(session.execute(text(f"SELECT count(*) FROM {base}")).scalar_one()),
+        )
+        if rows < self.min_rows:
+            return terms
+        ceiling = int(rows * self.share)
+        probe = text(f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH :term LIMIT :cap)")
+
+        def count(term: str) -> int:
+            quoted = match_expression([term], "word")
+            if quoted is None:
+                return 0
+            return int(session.execute(probe, {"term": quoted, "cap": ceiling + 1}).scalar_one())
+
+        frequency = {
+            t: self._cached(self._df, (database, fts, t.casefold()), functools.partial(count, t)) for t in terms
+        }
+        rarest = set(sorted(terms, key=lambda t: frequency[t])[: self.keep])
+        return [t for t in terms if t in rarest or frequency[t] <= ceiling]
+
+
+COMMON_TERMS = CommonTerms()
 
 
 @functools.cache

@@ -212,6 +212,22 @@ def test_namespace_with_few_of_many_matches_still_gets_them(session: Session) ->
     assert len(theirs) == 20 and all(h[0].startswith("tr_theirs_") for h in theirs)
 
 
+def test_large_word_queries_drop_very_common_terms(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memos_bridge.storage import fts
+
+    for i in range(60):
+        add_trace(session, f"tr_{i}", summary=f"deploy the service build number {i}")
+    add_trace(session, "tr_rare_a", summary="deploy with the kubectl rollout command")
+    add_trace(session, "tr_rare_b", summary="kubectl rollout status shows the deploy")
+    session.commit()
+    assert len(ids(session, "deploy kubectl", "word")) == 20  # exact ranking: every deploy row matches
+    monkeypatch.setattr(fts, "COMMON_TERMS", fts.CommonTerms(min_rows=50, share=0.2, keep=1))
+    assert set(ids(session, "deploy kubectl", "word")) == {"tr_rare_a", "tr_rare_b"}
+    assert len(ids(session, "deploy", "word")) == 20  # a lone common term is kept: it is the rarest
+    monkeypatch.setattr(fts, "COMMON_TERMS", fts.CommonTerms(min_rows=1_000, share=0.2, keep=1))
+    assert len(ids(session, "deploy kubectl", "word")) == 20  # small tables are never pruned
+
+
 # ------------------------------------------------------------------------------------------ pattern search
 
 
