@@ -17,8 +17,9 @@ Large indexes (≥ `IVF_MIN_ROWS`) add an inverted-file coarse quantizer: √n s
 each row tagged with its nearest one; a query scores only the rows of its nearest 15 % of the lists
 instead of all of them. At 100k × 384 the exact product reads 150 MB and costs ~12.6 ms per index on one
 core; the probe costs ~6 ms (most of it gathering the probed rows), with recall@20 of 0.93 at 25k and 0.99
-at 100k rows against the exact search on clustered data (tested at 25k). Below the threshold (most users) the search stays exact. New rows are tagged with
-their nearest centroid on insert; the centroids are re-trained when the index has doubled since.
+at 100k rows against the exact search on clustered data (tested at 25k). Below the threshold (most users)
+the search stays exact. New rows are tagged with their nearest centroid on insert; the centroids are
+re-trained when the index has doubled since.
 """
 
 from __future__ import annotations
