@@ -13,12 +13,13 @@ The data home is `MEMOS_BRIDGE_HOME` or `~/.memos-bridge/` and holds `config.tom
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
 
@@ -213,11 +214,191 @@ class RepairSettings(_Section):
     )
 
 
+class SkillSettings(_Section):
+    """Skill crystallisation and lifecycle (reference §6.7 and §6.14; success anchors from issue 5)."""
+
+    min_support: int = Field(1, ge=0, description="Support an experience needs before it can anchor a skill.")
+    min_gain: float = Field(0.02, description="Gain an experience needs before it can anchor a skill.")
+    use_llm: bool = Field(True, description="Draft skills with the LLM when available (else the anchor's template).")
+    evidence_limit: int = Field(6, ge=1, description="Evidence traces packed into a draft and its verifier.")
+    trace_char_cap: int = Field(500, ge=80, description="Characters kept of each evidence trace.")
+    verifier_coverage: float = Field(
+        0.5, ge=0, le=1, description="Share of the tools a draft names that the evidence must show."
+    )
+    verifier_resonance: float = Field(
+        0.5, ge=0, le=1, description="Share of a draft's steps that must be grounded in the evidence text."
+    )
+    eta_delta: float = Field(0.1, ge=0, le=1, description="Reliability added when a human restores a skill.")
+    archive_eta: float = Field(0.1, ge=0, le=1, description="A tried skill whose reliability falls below is archived.")
+    min_eta_for_retrieval: float = Field(
+        0.1, ge=0, le=1, description="Reliability floor a restored skill is lifted to (retrieval's floor)."
+    )
+    promote_support: int = Field(
+        2, ge=1, description="Support of its anchors that makes a candidate skill active without a passed trial."
+    )
+    family_similarity: float = Field(
+        0.5, ge=0, le=1, description="Cosine that puts an experience in a skill's task family on its own."
+    )
+    family_tag_similarity: float = Field(
+        0.2, ge=0, le=1, description="Cosine enough for an experience sharing a tag or source episode."
+    )
+
+
+class DomainSpec(_Section):
+    """One domain (task family or engineering area) that world models group experiences by."""
+
+    label: str = Field(..., min_length=1, description="Human name used in world-model titles.")
+    aliases: list[str] = Field(
+        default_factory=list, description="Experience tags (besides the key) that mean this domain."
+    )
+    patterns: list[str] = Field(
+        default_factory=list, description="Regular expressions (case-insensitive) that detect it in text."
+    )
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid pattern {pattern!r}: {exc}") from exc
+        return value
+
+
+def _default_domains() -> dict[str, DomainSpec]:
+    """Most specific first: a 13F task that also uses Python belongs to the 13F world model."""
+    table: dict[str, tuple[str, list[str], list[str]]] = {
+        "sec13f": (
+            "SEC 13F filings",
+            ["13f", "sec-13f", "13f-hr", "infotable", "cusip", "edgar"],
+            [
+                r"\bsec[\s_-]*13f",
+                r"(?<![a-z0-9])13f(?![a-z0-9])",
+                r"\bcusip",
+                r"\binfo[\s_-]?table",
+                r"\bholdings?\b",
+                r"\baccession\b",
+                r"\bissuer\b",
+                r"\baum\b",
+                r"\bedgar\b",
+            ],
+        ),
+        "docker": ("Docker", ["dockerfile", "container", "alpine", "docker-compose"], [r"\bdocker(?:file)?\b"]),
+        "kubernetes": ("Kubernetes", ["k8s", "kubectl", "helm"], [r"\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b"]),
+        "cloud": (
+            "Cloud services",
+            ["aws", "gcp", "azure", "s3", "terraform"],
+            [r"\baws\b|\bgcp\b|\bazure\b|\bterraform\b"],
+        ),
+        "database": (
+            "Databases",
+            ["db", "sql", "postgres", "postgresql", "sqlite", "mysql"],
+            [r"\bsql\b|\bpostgres(?:ql)?\b|\bsqlite\b|\bmysql\b|\bdatabase\b"],
+        ),
+        "python": ("Python", ["py", "pip", "python3", "venv"], [r"\bpython3?\b|\bpip3?\b|\bvenv\b|\.py\b"]),
+        "node": (
+            "Node.js",
+            ["nodejs", "javascript", "typescript", "npm", "yarn", "pnpm"],
+            [r"\bnode(?:\.?js)?\b|\bnpm\b|\byarn\b|\bpnpm\b|\btypescript\b|\bjavascript\b"],
+        ),
+        "rust": ("Rust", ["cargo", "rustc"], [r"\brust\b|\bcargo\b|\brustc\b"]),
+        "go": ("Go", ["golang"], [r"\bgolang\b|\bgo (?:build|test|mod|run|get)\b"]),
+        "java": ("Java", ["maven", "gradle", "jvm"], [r"\bjava\b|\bmaven\b|\bgradle\b|\bjvm\b"]),
+        "git": ("Git", ["github", "gitlab"], [r"\bgit\b|\brebase\b|\bmerge conflict"]),
+        "testing": (
+            "Testing",
+            ["test", "tests", "pytest", "jest", "unittest"],
+            [r"\bpytest\b|\bunit tests?\b|\btest suite\b"],
+        ),
+        "network": (
+            "Networking and HTTP",
+            ["http", "https", "dns", "proxy", "api"],
+            [r"\bhttps?\b|\bdns\b|\bproxy\b|\btls\b"],
+        ),
+        "shell": ("Shell", ["bash", "zsh", "sh"], [r"\bbash\b|\bzsh\b|\bshell\b"]),
+    }
+    return {
+        key: DomainSpec(label=label, aliases=aliases, patterns=patterns)
+        for key, (label, aliases, patterns) in table.items()
+    }
+
+
+class WorldSettings(_Section):
+    """L3 world models: declarative environment knowledge abstracted from several experiences of one domain
+    (reference §6.6 and §6.14; the domain table and mixed polarity from issue 5)."""
+
+    enabled: bool = Field(True, description="Build world models after L2 in the learning chain.")
+    use_llm: bool = Field(True, description="Abstract with the LLM when available (else the deterministic rules).")
+    min_policies: int = Field(2, ge=1, description="Active experiences of one domain a world model needs.")
+    min_policy_confidence: float = Field(0.45, ge=0, le=1, description="Confidence an experience needs to count.")
+    min_policy_gain: float = Field(0.02, description="Gain an experience needs to count.")
+    min_policy_support: int = Field(1, ge=0, description="Support an experience needs to count.")
+    cluster_min_similarity: float = Field(
+        0.3, ge=0, le=1, description="Cosine to the domain centroid for the strict cluster (else loose, damped)."
+    )
+    confidence_delta: float = Field(0.05, ge=0, le=1, description="Confidence added when new evidence merges in.")
+    policy_overlap_merge: float = Field(
+        0.6, ge=0, le=1, description="Share of shared experiences that makes a draft merge into a world model."
+    )
+    merge_min_similarity: float = Field(
+        0.5, ge=0, le=1, description="Cosine of a draft to a same-domain world model that merges them."
+    )
+    min_confidence_for_retrieval: float = Field(
+        0.2, ge=0, le=1, description="World models below this confidence are never injected."
+    )
+    max_policies: int = Field(24, ge=2, description="Experiences per domain considered (best first).")
+    llm_policies: int = Field(12, ge=1, description="Experiences sent to the abstraction prompt.")
+    policy_char_cap: int = Field(800, ge=100, description="Characters of one experience in the prompt.")
+    max_entries: int = Field(8, ge=1, description="Entries kept per section (environment, inference, constraints).")
+    body_max_chars: int = Field(2400, ge=200, description="Cap of the Markdown body.")
+    domains: dict[str, DomainSpec] = Field(
+        default_factory=_default_domains,
+        description="Domain table, most specific first (replacing it drops the defaults).",
+    )
+    extra_domains: dict[str, DomainSpec] = Field(
+        default_factory=dict, description="Domains added to the table, checked before the defaults."
+    )
+
+
 class LearningSettings(_Section):
     concurrency: int = Field(2, ge=1, description="Episodes whose learning chain may run at the same time.")
     reward: RewardSettings = Field(default_factory=lambda: RewardSettings())
     l2: L2Settings = Field(default_factory=lambda: L2Settings())
     repair: RepairSettings = Field(default_factory=lambda: RepairSettings())
+    skill: SkillSettings = Field(default_factory=lambda: SkillSettings())
+    world: WorldSettings = Field(default_factory=lambda: WorldSettings())
+
+
+class StrengthSettings(_Section):
+    """Evidence-typed memory strength, forgetting and pinning (seeds 003 and 004).
+
+    Recall never raises strength; only evidence does (`memory.reinforce`). Idle memories decay in ranking and
+    are archived (never deleted) after a long silence; pinned memories are exempt, and protected (user-authored
+    or user-approved) memories cannot be pushed out of recall by failures.
+    """
+
+    verified_boost: float = Field(
+        0.15, ge=0, le=1, description="Added by test_passed, diff_accepted and user_confirmed evidence."
+    )
+    failure_factor: float = Field(0.7, ge=0, le=1, description="Strength multiplier of failure evidence.")
+    max_strength: float = Field(1.0, gt=0, le=1, description="Cap of strength.")
+    recall_floor: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Memories weaker than this are not recalled. Decay stops at it, and failures never push a "
+        "protected memory below it.",
+    )
+    idle_days: float = Field(14.0, gt=0, description="Days without access or evidence before decay applies.")
+    decay_factor: float = Field(0.85, gt=0, le=1, description="Strength multiplier per decay run for idle memories.")
+    archive_days: float = Field(
+        90.0, gt=0, description="Days without access or evidence after which a memory is archived (restorable)."
+    )
+    decay_interval_s: float = Field(
+        86_400.0, ge=0, description="How often the service runs the decay job (0 = only on memory.decay)."
+    )
+    decay_batch: int = Field(2000, ge=1, description="Rows updated per write transaction of the decay job.")
 
 
 class Settings(_Section):
@@ -230,6 +411,7 @@ class Settings(_Section):
     session: SessionSettings = Field(default_factory=lambda: SessionSettings())
     retrieval: RetrievalSettings = Field(default_factory=lambda: RetrievalSettings())
     learning: LearningSettings = Field(default_factory=lambda: LearningSettings())
+    strength: StrengthSettings = Field(default_factory=lambda: StrengthSettings())
     llm: LLMSettings = Field(default_factory=lambda: LLMSettings())
     logging: LoggingSettings = Field(default_factory=lambda: LoggingSettings())
 

@@ -96,6 +96,7 @@ async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Aw
             group.start_soon(core.learning.run_sweeper)
             group.start_soon(core.warmup)
             group.start_soon(core.backfill.run_forever)
+            group.start_soon(core.strength.run_decay_loop)
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
             try:
                 await serve(methods, hub)

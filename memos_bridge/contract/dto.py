@@ -268,6 +268,10 @@ class TraceDTO(WireModel):
     strength: float
     pinned: bool
     archived_at: int | None = None
+    protected: bool = Field(False, description="Failures cannot push it under the recall floor.")
+    access_count: int = Field(0, description="Times retrieval returned it (recall never changes strength).")
+    last_accessed_at: int | None = None
+    last_evidence_at: int | None = None
     episode_status: EpisodeStatus | None = None
     r_task: float | None = None
 
@@ -408,6 +412,28 @@ class PolicyDTO(WireModel):
     pinned: bool
     created_at: int
     updated_at: int
+    tags: list[str] = Field(default_factory=list, description="Domain / task-family tags (e.g. sec13f, json).")
+    induced_by: str = Field("", description="Who wrote it: llm / rules (L2 induction) or feedback.experience.")
+    archived_at: int | None = None
+
+
+PolicyStatus = Literal["candidate", "active", "archived"]
+
+
+class ListPoliciesParams(WireModel):
+    status: PolicyStatus | None = None
+    experience_type: str | None = Field(
+        None,
+        description="success_pattern, repair_validated, failure_avoidance, repair_instruction, preference, or "
+        "procedural (L2 policies induced from successful steps).",
+    )
+    namespace: RuntimeNamespace | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+class PoliciesResult(WireModel):
+    policies: list[PolicyDTO]
 
 
 class WorldEntryDTO(WireModel):
@@ -425,15 +451,34 @@ class WorldStructureDTO(WireModel):
 class WorldModelDTO(WireModel):
     id: str
     title: str
-    body: str
+    body: str = Field(..., description="Markdown summary (what turn.start injects under Environment knowledge).")
     structure: WorldStructureDTO
     domain_tags: list[str]
-    policy_ids: list[str]
+    policy_ids: list[str] = Field(..., description="The experiences (policies) it was abstracted from.")
+    source_episode_ids: list[str] = Field(default_factory=list)
     confidence: float
-    version: int
+    version: int = Field(..., description="1 when created; +1 each time new evidence merged in.")
     status: Literal["active", "archived"]
+    induced_by: str = Field("", description="rules (deterministic abstraction) or llm.")
+    strength: float = 0.5
+    pinned: bool = False
+    archived_at: int | None = None
     created_at: int
     updated_at: int
+
+
+WorldModelStatus = Literal["active", "archived"]
+
+
+class ListWorldModelsParams(WireModel):
+    status: WorldModelStatus | None = None
+    namespace: RuntimeNamespace | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+class WorldModelsResult(WireModel):
+    world_models: list[WorldModelDTO]
 
 
 class SkillDTO(WireModel):
@@ -455,6 +500,101 @@ class SkillDTO(WireModel):
     last_used_at: int | None = None
     created_at: int
     updated_at: int
+    summary: str = Field("", description="What the skill does and when (the guide's first paragraph).")
+    procedure: dict[str, Any] | None = Field(
+        None,
+        description="Structured skill: steps, parameters, preconditions, examples, tools, check lines, the "
+        "experiences it was built from by role, and the verifier's report.",
+    )
+    archived_at: int | None = None
+
+
+SkillStatus = Literal["candidate", "active", "archived"]
+
+
+class SkillListParams(WireModel):
+    status: SkillStatus | None = None
+    namespace: RuntimeNamespace | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+class SkillListResult(WireModel):
+    skills: list[SkillDTO]
+
+
+class SkillGetParams(WireModel):
+    id: str = Field(..., min_length=1)
+    record_trial: bool = Field(
+        False,
+        description="Count this fetch as a use of the skill in the episode (episodeId, else the session's open "
+        "episode); that episode's outcome then passes or fails the trial and moves the skill's reliability.",
+    )
+    session_id: str | None = Field(None, min_length=1)
+    episode_id: str | None = Field(None, min_length=1)
+    namespace: RuntimeNamespace | None = None
+
+
+class SkillIdParams(WireModel):
+    id: str = Field(..., min_length=1)
+
+
+# ---------------------------------------------------------------- strength, forgetting, pinning, links
+
+MemoryKind = Literal["trace", "policy", "world_model", "skill"]
+StrengthEvidence = Literal["test_passed", "diff_accepted", "user_confirmed", "self_report", "failure"]
+LinkRelation = Literal["cause", "solution", "supersedes", "related"]
+
+
+class MemoryReinforceParams(WireModel):
+    """memory.reinforce params: evidence about whether acting on a memory worked."""
+
+    id: str = Field(..., min_length=1, description="The memory the evidence is about.")
+    kind: MemoryKind
+    evidence: StrengthEvidence = Field(
+        ...,
+        description="test_passed / diff_accepted / user_confirmed add strength (user_confirmed also protects the "
+        "memory); failure multiplies it down; self_report is recorded and counted as an access, with no effect.",
+    )
+    evidence_id: str = Field(
+        ...,
+        min_length=1,
+        max_length=200,
+        description="Idempotency key per memory (e.g. the test run id): a retry is recorded and counted once.",
+    )
+    namespace: RuntimeNamespace | None = None
+
+
+class MemoryReinforceResult(WireModel):
+    id: str
+    strength: float = Field(..., description="Strength after this call.")
+    applied: bool = Field(..., description="False when this evidenceId was already recorded for the memory.")
+
+
+class MemoryDecayParams(WireModel):
+    now: int | None = Field(None, ge=0, description="Evaluate idleness as of this time (epoch ms); default: now.")
+
+
+class MemoryDecayResult(WireModel):
+    decayed: int = Field(..., description="Idle memories whose strength was lowered by this run.")
+    archived: int = Field(..., description="Memories archived by this run (out of recall, restorable).")
+
+
+class MemoryRefParams(WireModel):
+    """A memory by id and kind (memory.pin, memory.unpin, memory.restore)."""
+
+    id: str = Field(..., min_length=1)
+    kind: MemoryKind
+    namespace: RuntimeNamespace | None = None
+
+
+class MemoryLinkParams(WireModel):
+    """memory.link params; `supersedes` reads "fromId supersedes toId" (fromId is the correction)."""
+
+    from_id: str = Field(..., min_length=1)
+    to_id: str = Field(..., min_length=1)
+    relation: LinkRelation
+    namespace: RuntimeNamespace | None = None
 
 
 # ---------------------------------------------------------------- health, auth, events, host callback

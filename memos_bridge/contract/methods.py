@@ -27,6 +27,12 @@ class MethodSpec:
 
 
 _COMMON = (ErrorCode.INVALID_ARGUMENT, ErrorCode.INTERNAL)
+_MEMORY_NOT_FOUND = (
+    ErrorCode.TRACE_NOT_FOUND,
+    ErrorCode.POLICY_NOT_FOUND,
+    ErrorCode.WORLD_MODEL_NOT_FOUND,
+    ErrorCode.SKILL_NOT_FOUND,
+)
 
 METHODS: tuple[MethodSpec, ...] = (
     MethodSpec(
@@ -173,6 +179,101 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("memory",),
     ),
     MethodSpec(
+        "memory.get_policy",
+        "One policy or typed experience by id, with its type, evidence polarity, salience, confidence, "
+        "skill eligibility, guidance, sources (episodes, feedback, traces) and verifier data; null when it does "
+        "not exist or is not visible to the namespace.",
+        dto.GetByIdParams,
+        dto.PolicyDTO,
+        nullable_result=True,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.list_policies",
+        "List policies and typed experiences, most recently updated first, optionally of one status and one "
+        "experienceType.",
+        dto.ListPoliciesParams,
+        dto.PoliciesResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.get_world",
+        "One world model (L3 environment knowledge) by id: title, Markdown body, environment / inference / "
+        "constraints entries with the experience ids they rest on, domain tags, confidence, version; null when "
+        "it does not exist or is not visible to the namespace.",
+        dto.GetByIdParams,
+        dto.WorldModelDTO,
+        nullable_result=True,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.list_world_models",
+        "List world models, most recently updated first, optionally only active or only archived ones.",
+        dto.ListWorldModelsParams,
+        dto.WorldModelsResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.reinforce",
+        "Report evidence about a memory: test_passed / diff_accepted / user_confirmed add strength (capped), "
+        "failure multiplies it down (never under the recall floor for protected memories), self_report is "
+        "recorded with no effect. Recall itself never changes strength. Idempotent per (memory, evidenceId).",
+        dto.MemoryReinforceParams,
+        dto.MemoryReinforceResult,
+        errors=(*_MEMORY_NOT_FOUND, *_COMMON),
+        tags=("strength",),
+    ),
+    MethodSpec(
+        "memory.decay",
+        "Run the forgetting job now (the service also runs it every strength.decay_interval_s): memories idle "
+        "for idle_days are weakened, those idle for archive_days are archived (out of recall, restorable); "
+        "pinned memories are exempt; nothing is deleted.",
+        dto.MemoryDecayParams,
+        dto.MemoryDecayResult,
+        errors=_COMMON,
+        tags=("strength",),
+    ),
+    MethodSpec(
+        "memory.pin",
+        "Pin a memory: exempt from decay and archiving, and protected (failures cannot push it out of "
+        "recall). Pinning an archived memory restores it.",
+        dto.MemoryRefParams,
+        dto.OkResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.CONFLICT, *_COMMON),
+        tags=("strength",),
+    ),
+    MethodSpec(
+        "memory.unpin",
+        "Unpin a memory: it ages normally again from now on (its protection stays).",
+        dto.MemoryRefParams,
+        dto.OkResult,
+        errors=(*_MEMORY_NOT_FOUND, *_COMMON),
+        tags=("strength",),
+    ),
+    MethodSpec(
+        "memory.restore",
+        "Bring a memory back into recall: archived by the forgetting job, a policy / world model archived by "
+        "its lifecycle, or weakened under the recall floor (a skill archived by its reliability: skill.restore, "
+        "else conflict).",
+        dto.MemoryRefParams,
+        dto.OkResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.CONFLICT, *_COMMON),
+        tags=("strength",),
+    ),
+    MethodSpec(
+        "memory.link",
+        "Record an association between two memories (idempotent). With `supersedes` (fromId corrects "
+        "toId), retrieval replaces the corrected memory by its correction, so it never out-ranks it.",
+        dto.MemoryLinkParams,
+        dto.OkResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.NOT_FOUND, *_COMMON),
+        tags=("strength",),
+    ),
+    MethodSpec(
         "llm.test",
         "Ask the configured LLM provider (the host over host.llm.complete, by default) for a short "
         "completion and report whether it works.",
@@ -180,6 +281,42 @@ METHODS: tuple[MethodSpec, ...] = (
         dto.LlmTestResult,
         errors=_COMMON,
         tags=("llm",),
+    ),
+    MethodSpec(
+        "skill.list",
+        "List skills, most recently updated first, optionally of one status (candidate, active, archived).",
+        dto.SkillListParams,
+        dto.SkillListResult,
+        errors=_COMMON,
+        tags=("skill",),
+    ),
+    MethodSpec(
+        "skill.get",
+        "One skill (null when it does not exist or the namespace cannot see it). With recordTrial the fetch is "
+        "a use of the skill in the episode (episodeId, else the session's open episode): that episode's outcome "
+        "passes or fails the trial and moves the skill's reliability η.",
+        dto.SkillGetParams,
+        dto.SkillDTO,
+        nullable_result=True,
+        errors=(ErrorCode.SESSION_NOT_FOUND, ErrorCode.EPISODE_NOT_FOUND, *_COMMON),
+        tags=("skill",),
+    ),
+    MethodSpec(
+        "skill.archive",
+        "Archive a skill now: it leaves retrieval (restorable with skill.restore). Idempotent.",
+        dto.SkillIdParams,
+        dto.OkResult,
+        errors=(ErrorCode.SKILL_NOT_FOUND, *_COMMON),
+        tags=("skill",),
+    ),
+    MethodSpec(
+        "skill.restore",
+        "Bring an archived skill back into retrieval (archived by skill.archive or by low reliability); the "
+        "restore counts as a vouch: η is lifted to at least the retrieval floor plus etaDelta. Idempotent.",
+        dto.SkillIdParams,
+        dto.OkResult,
+        errors=(ErrorCode.SKILL_NOT_FOUND, *_COMMON),
+        tags=("skill",),
     ),
 )
 

@@ -22,12 +22,14 @@ from memos_bridge.contract.events import EventType
 from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.events import EventBus
+from memos_bridge.core.learning import experiences, skill_lifecycle, world_store
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
 from memos_bridge.core.namespace import read_filter
 from memos_bridge.core.sessions import SessionService
+from memos_bridge.core.strength import StrengthService
 from memos_bridge.core.turns import TurnService
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
@@ -84,6 +86,10 @@ class MemoryCore:
         self.turns.on_activity = self.learning.touch
         self.repair = RepairService(self.learning.ctx)
         self.turns.repairs = self.repair
+        self.strength = StrengthService(self.learning.ctx, quiet=self.learning.gate.wait_quiet)
+        self.turns.on_recalled = self.strength.access_write  # recall counts access, never strength
+        self.retriever.min_strength = settings.strength.recall_floor
+        self.retriever.min_world_confidence = settings.learning.world.min_confidence_for_retrieval
 
     # ------------------------------------------------------------ lifecycle
 
@@ -216,7 +222,11 @@ class MemoryCore:
     # ------------------------------------------------------------ memory reads
 
     async def search(self, params: dto.MemorySearchParams) -> dto.RetrievalResultDTO:
-        return await self.retriever.search(params, read_filter(params.namespace, params.agent))
+        result = await self.retriever.search(params, read_filter(params.namespace, params.agent))
+        access = self.strength.access_write(result.hits)
+        if access is not None:
+            await self.turns.write_behind.add("memory.search:access", access)
+        return result
 
     async def get_trace(self, params: dto.GetByIdParams) -> dto.TraceDTO | None:
         owner = read_filter(params.namespace)
@@ -279,6 +289,56 @@ class MemoryCore:
             )
 
         return await self.db.read(work)
+
+    async def get_policy(self, params: dto.GetByIdParams) -> dto.PolicyDTO | None:
+        return await experiences.get_policy(self.db, params)
+
+    async def list_policies(self, params: dto.ListPoliciesParams) -> dto.PoliciesResult:
+        return await experiences.list_policies(self.db, params)
+
+    async def get_world(self, params: dto.GetByIdParams) -> dto.WorldModelDTO | None:
+        owner = read_filter(params.namespace)
+        return await self.db.read(lambda db: world_store.get_world(db, params.id, owner))
+
+    async def list_world_models(self, params: dto.ListWorldModelsParams) -> dto.WorldModelsResult:
+        owner = read_filter(params.namespace)
+        return await self.db.read(
+            lambda db: world_store.list_worlds(db, owner, params.status, params.limit, params.offset)
+        )
+
+    # ------------------------------------------------------------ strength, forgetting, pinning, links
+
+    async def reinforce(self, params: dto.MemoryReinforceParams) -> dto.MemoryReinforceResult:
+        return await self.strength.reinforce(params)
+
+    async def decay(self, params: dto.MemoryDecayParams) -> dto.MemoryDecayResult:
+        return await self.strength.decay(params)
+
+    async def pin(self, params: dto.MemoryRefParams) -> dto.OkResult:
+        return await self.strength.pin(params)
+
+    async def unpin(self, params: dto.MemoryRefParams) -> dto.OkResult:
+        return await self.strength.unpin(params)
+
+    async def restore(self, params: dto.MemoryRefParams) -> dto.OkResult:
+        return await self.strength.restore(params)
+
+    async def link(self, params: dto.MemoryLinkParams) -> dto.OkResult:
+        return await self.strength.link(params)
+
+    # ------------------------------------------------------------ skills
+
+    async def list_skills(self, params: dto.SkillListParams) -> dto.SkillListResult:
+        return await skill_lifecycle.list_skills(self.learning.ctx, params)
+
+    async def get_skill(self, params: dto.SkillGetParams) -> dto.SkillDTO | None:
+        return await skill_lifecycle.get_skill(self.learning.ctx, params)
+
+    async def archive_skill(self, params: dto.SkillIdParams) -> dto.OkResult:
+        return await skill_lifecycle.archive_skill(self.learning.ctx, params)
+
+    async def restore_skill(self, params: dto.SkillIdParams) -> dto.OkResult:
+        return await skill_lifecycle.restore_skill(self.learning.ctx, params)
 
 
 def _preview(row: Any, first_user_texts: dict[str, str]) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memos_bridge.contract.dto import EpisodeDTO, ToolCallDTO, TraceDTO
+from memos_bridge.contract.dto import EpisodeDTO, PolicyDTO, ToolCallDTO, TraceDTO
 from memos_bridge.core.text import clip
-from memos_bridge.storage.models import EpisodeRow, TraceRow
+from memos_bridge.storage.models import EpisodeRow, PolicyRow, TraceRow
 
 
 def _tool_calls(raw: Any) -> list[ToolCallDTO]:
@@ -45,6 +45,10 @@ def trace_dto(row: TraceRow, episode_status: tuple[str, float | None] | None = N
         strength=row.strength,
         pinned=row.pinned,
         archived_at=row.archived_at,
+        protected=row.protected,
+        access_count=row.access_count,
+        last_accessed_at=row.last_accessed_at,
+        last_evidence_at=row.last_evidence_at,
         episode_status=status,
         r_task=r_task,
     )
@@ -63,4 +67,39 @@ def episode_dto(row: EpisodeRow, preview: str = "") -> EpisodeDTO:
         r_task=row.r_task,
         close_reason=row.close_reason,
         preview=clip(preview, 120),
+    )
+
+
+def policy_dto(row: PolicyRow) -> PolicyDTO:
+    """A policy or typed experience with every typed field (type, polarity, salience, sources, verifier data)."""
+    guidance = row.decision_guidance_json if isinstance(row.decision_guidance_json, dict) else {}
+    polarity = row.evidence_polarity if row.evidence_polarity in ("positive", "negative", "mixed") else "neutral"
+    return PolicyDTO(
+        id=row.id,
+        title=row.title,
+        trigger=row.trigger,
+        procedure=row.procedure,
+        verification=row.verification,
+        boundary=row.boundary,
+        support=row.support,
+        gain=row.gain,
+        status=row.status if row.status in ("candidate", "active") else "archived",
+        experience_type=row.experience_type,
+        evidence_polarity=polarity,
+        salience=row.salience,
+        confidence=row.confidence,
+        skill_eligible=row.skill_eligible,
+        preference=[str(line) for line in guidance.get("preference") or []],
+        anti_pattern=[str(line) for line in guidance.get("antiPattern") or []],
+        source_episode_ids=list(row.source_episodes_json or []),
+        source_feedback_ids=list(row.source_feedback_ids_json or []),
+        source_trace_ids=list(row.source_trace_ids_json or []),
+        verifier_meta=row.verifier_meta_json,
+        strength=row.strength,
+        pinned=row.pinned,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        tags=list(row.tags_json or []),
+        induced_by=row.induced_by,
+        archived_at=row.archived_at,
     )

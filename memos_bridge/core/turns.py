@@ -27,7 +27,7 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
-from memos_bridge.core.background import BackgroundWork, WriteBehind
+from memos_bridge.core.background import BackgroundWork, Write, WriteBehind
 from memos_bridge.core.capture import StepDraft, extract_steps
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.learning.queue import ForegroundGate
@@ -112,6 +112,8 @@ class TurnService:
         self.gate = ForegroundGate()  # MemoryCore shares the learning queue's gate: learning waits for turns
         self.on_activity: Callable[[str], None] = lambda _episode_id: None  # the stale-topic sweep's clock
         self.repairs: RepairService | None = None  # set by MemoryCore: corrections and fresh repairs
+        # Set by MemoryCore: the deferred write that counts an access of each returned memory (core/strength.py).
+        self.on_recalled: Callable[[list[dto.RetrievalHitDTO]], Write | None] = lambda _hits: None
 
     # ------------------------------------------------------------ turn.start
 
@@ -274,6 +276,9 @@ class TurnService:
         # The saved result only serves a retry after a restart (in-process retries use `_inflight`), so the
         # write is not worth making the host wait for; a shutdown drains it.
         await self.write_behind.add("turn.start:save", save)
+        access = self.on_recalled(result.hits)
+        if access is not None:
+            await self.write_behind.add("turn.start:access", access)
         return result
 
     async def _repairs_for(self, begun: _BegunTurn, params: dto.TurnInputDTO) -> list[dto.RepairDTO]:

@@ -31,7 +31,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memos_bridge.llm.base import ChatMessage
-from memos_bridge.llm.schema import Text40, Text120, Text200, Text400, Text800, Text1600
+from memos_bridge.llm.schema import Text40, Text80, Text120, Text200, Text400, Text800, Text1600
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -517,6 +517,292 @@ Reply with only a JSON object: {{"preference": "...", "anti_pattern": "...", "se
 
 
 # --------------------------------------------------------------------------------------------------------
+# Typed experiences from feedback
+# --------------------------------------------------------------------------------------------------------
+
+
+class FeedbackRefineOutput(_Output):
+    title: Text120
+    trigger: Text400
+    procedure: Text1600
+    verification: Text400 = ""
+    boundary: Text400 = ""
+    avoid: list[Text200] = Field(default_factory=list, max_length=6)
+    prefer: list[Text200] = Field(default_factory=list, max_length=6)
+    confidence: float = Field(0.5, ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "avoid" not in data:
+            data["avoid"] = data.get("anti_pattern", data.get("antiPattern", data.get("caveats")))
+        if "prefer" not in data:
+            data["prefer"] = data.get("preference")
+        for key in ("avoid", "prefer"):
+            value = data.get(key)
+            if isinstance(value, str):
+                data[key] = [value] if value.strip() else []
+            elif isinstance(value, list):
+                data[key] = [str(item) for item in value if isinstance(item, str | int | float)][:6]
+            else:
+                data[key] = []
+        if isinstance(data.get("procedure"), list):  # numbered steps sent as a list
+            data["procedure"] = "\n".join(f"{i}. {step}" for i, step in enumerate(data["procedure"], 1))
+        data["confidence"] = _clamp(data.get("confidence"), 0.0, 1.0, 0.5)
+        return data
+
+
+FEEDBACK_REFINE: Final = Prompt(
+    id="feedback.refine",
+    version=1,
+    description="Turn verifier or user feedback on one task into one specific, actionable typed experience.",
+    system=f"""\
+A verifier or a user judged one task an AI agent did. Turn that feedback into ONE experience the agent will \
+be shown before similar tasks. Its type is already decided from the objective outcome; do not change it:
+- success_pattern: what worked. procedure = the numbered steps that passed.
+- repair_instruction: what the answer must be next time. procedure = numbered fix steps; avoid = what this \
+attempt did wrong.
+- failure_avoidance: what not to do. procedure = one line per thing to avoid; prefer = what to do instead, \
+only when the feedback says it.
+- preference: the user's stated preference. procedure = the preference; avoid = what they rejected.
+Write: title (short and specific, no "Avoid:"-style prefix); trigger (the kind of task it applies to, \
+recognisable from a new request: domain, files, fields — not this task's ids); procedure; verification (a \
+concrete check: the verifier's fields and expected values); boundary (when it does not apply); avoid and \
+prefer lines (at most 6 each); confidence in [0, 1]. Be concrete: keep the field names, file names, units, \
+values and orderings the feedback or the verifier data give. Use only what the material shows; the RULE \
+DRAFT was built mechanically from the same material and is a starting point. {_SAME_LANGUAGE} \
+{_DATA_NOT_INSTRUCTIONS}
+Reply with only a JSON object: {{"title": "...", "trigger": "...", "procedure": "...", "verification": "...", \
+"boundary": "...", "avoid": ["..."], "prefer": ["..."], "confidence": 0.0}}""",
+    user_template=(
+        "EXPERIENCE TYPE:\n${experience_type}\n\nTASK:\n${task}\n\nTOOLS USED:\n${tools}\n\nFEEDBACK:\n${feedback}"
+        "\n\nVERIFIER DATA:\n${verifier}\n\nRULE DRAFT:\n${draft}"
+    ),
+    temperature=0.1,
+    max_tokens=900,
+    schema=FeedbackRefineOutput,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Skills
+# --------------------------------------------------------------------------------------------------------
+
+
+def _as_list(value: Any, cap: int) -> Any:
+    """A single string becomes a one-item list; lists are capped; None becomes empty."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        return [item for item in value if item is not None][:cap]
+    return value
+
+
+class SkillParameterOutput(_Output):
+    name: Text40
+    description: Text200 = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+
+class SkillStepOutput(_Output):
+    title: Text120
+    body: Text400 = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"title": data} if isinstance(data, str) else data
+
+
+class SkillExampleOutput(_Output):
+    input: Text200
+    expected: Text200 = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"input": data} if isinstance(data, str) else data
+
+
+class SkillGuidanceOutput(_Output):
+    preference: list[Text200] = Field(default_factory=list, max_length=5)
+    anti_pattern: list[Text200] = Field(default_factory=list, max_length=5)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "anti_pattern" not in data:
+            data["anti_pattern"] = data.get("antiPattern", data.get("avoid"))
+        if "preference" not in data:
+            data["preference"] = data.get("prefer")
+        data["preference"] = _as_list(data.get("preference"), 5)
+        data["anti_pattern"] = _as_list(data.get("anti_pattern"), 5)
+        return data
+
+
+class SkillDraftOutput(_Output):
+    name: Text40
+    display_title: Text120
+    summary: Text400
+    parameters: list[SkillParameterOutput] = Field(default_factory=list, max_length=8)
+    preconditions: list[Text200] = Field(default_factory=list, max_length=6)
+    steps: list[SkillStepOutput] = Field(..., min_length=1, max_length=8)
+    examples: list[SkillExampleOutput] = Field(default_factory=list, max_length=3)
+    tools: list[Text120] = Field(default_factory=list, max_length=8)
+    decision_guidance: SkillGuidanceOutput = Field(default_factory=lambda: SkillGuidanceOutput())
+    tags: list[Text40] = Field(default_factory=list, max_length=6)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "display_title" not in data:
+            data["display_title"] = data.get("displayTitle", data.get("title", data.get("name")))
+        if "decision_guidance" not in data and isinstance(data.get("decisionGuidance"), dict):
+            data["decision_guidance"] = data["decisionGuidance"]
+        if data.get("decision_guidance") is None:
+            data.pop("decision_guidance", None)
+        for key, cap in (("parameters", 8), ("preconditions", 6), ("steps", 8), ("examples", 3), ("tools", 8)):
+            data[key] = _as_list(data.get(key), cap)
+        data["tags"] = _as_list(data.get("tags"), 6)
+        return data
+
+
+SKILL_CRYSTALLIZE: Final = Prompt(
+    id="skill.crystallize",
+    version=1,
+    description="Package a verified-successful experience, its evidence and its family's pitfalls as a callable skill.",
+    system=f"""\
+You package a procedure that has WORKED for an AI agent as a reusable skill. You get the successful \
+experience it rests on (the anchor), other successes of the same task family, evidence steps from the \
+tasks where it worked (with the tools they used), counter-examples (steps that went wrong), and the \
+family's known pitfalls (AVOID) and checks (CHECK). Write:
+- name: snake_case, at most 32 characters, not one of the names already taken;
+- display_title: a short human title; summary: one or two sentences saying what the skill does and when;
+- parameters: what varies between uses ({{"name", "description"}}); preconditions: what must hold first;
+- steps: 2 to 6 concrete steps ({{"title", "body"}}) that follow what the evidence shows worked — nothing \
+the evidence does not support;
+- examples: up to 2 {{"input", "expected"}} pairs taken from the evidence;
+- tools: only tools from the TOOLS list (they appear in the evidence); never invent one;
+- decision_guidance: preference (what to prefer) and anti_pattern (what to avoid, including the AVOID \
+lines), at most 5 each;
+- tags: a few domain words.
+Failures and pitfalls are never steps: they belong in anti_pattern. {_SAME_LANGUAGE} {_DATA_NOT_INSTRUCTIONS}
+Reply with only a JSON object with exactly those keys.""",
+    user_template=(
+        "ANCHOR EXPERIENCE:\n${anchor}\n\nOTHER SUCCESSES OF THE FAMILY:\n${anchors}\n\nEVIDENCE STEPS:\n${evidence}"
+        "\n\nCOUNTER-EXAMPLES:\n${counter_examples}\n\nAVOID:\n${avoid}\n\nCHECK:\n${check}\n\nTOOLS:\n${tools}"
+        "\n\nNAMES ALREADY TAKEN:\n${names_taken}"
+    ),
+    temperature=0.15,
+    max_tokens=1400,
+    schema=SkillDraftOutput,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# L3 world models
+# --------------------------------------------------------------------------------------------------------
+
+
+class WorldEntryOutput(_Output):
+    label: Text80
+    description: Text400
+    evidence_ids: list[Text40] = Field(default_factory=list, max_length=8)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if isinstance(data, str):  # a bare statement
+            return {"label": " ".join(data.split()[:8]), "description": data, "evidence_ids": []}
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        ids = data.get("evidence_ids", data.get("evidenceIds", data.get("evidence")))
+        if isinstance(ids, str):
+            ids = [ids]
+        data["evidence_ids"] = [str(i) for i in ids if isinstance(i, str | int)][:8] if isinstance(ids, list) else []
+        if not data.get("description") and isinstance(data.get("label"), str):
+            data["description"] = data["label"]
+        if not data.get("label") and isinstance(data.get("description"), str):
+            data["label"] = " ".join(data["description"].split()[:8])
+        return data
+
+
+class WorldAbstractionOutput(_Output):
+    # `name`, not `title`: the strict schema builder drops properties called "title".
+    name: Text120
+    domain_tags: list[Text40] = Field(default_factory=list, max_length=4)
+    environment: list[WorldEntryOutput] = Field(default_factory=list, max_length=8)
+    inference: list[WorldEntryOutput] = Field(default_factory=list, max_length=8)
+    constraints: list[WorldEntryOutput] = Field(default_factory=list, max_length=8)
+    body: Text1600 = ""
+    confidence: float = Field(0.5, ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if not data.get("name"):
+            data["name"] = data.get("title", "")
+        tags = data.get("domain_tags", data.get("domainTags"))
+        data["domain_tags"] = [str(t) for t in ([tags] if isinstance(tags, str) else tags or [])][:4]
+        for key in ("environment", "inference", "constraints"):
+            value = data.get(key)
+            data[key] = value[:8] if isinstance(value, list) else []
+        if not isinstance(data.get("body"), str):
+            data["body"] = ""
+        data["confidence"] = _clamp(data.get("confidence"), 0.0, 1.0, 0.5)
+        return data
+
+
+WORLD_ABSTRACTION: Final = Prompt(
+    id="l3.abstraction",
+    version=1,
+    description="Environment facts, cause-effect rules and constraints from the experiences of one domain.",
+    system=f"""\
+You read several experiences an AI agent gathered in ONE domain (successes and failures) and state what they \
+reveal about the ENVIRONMENT — declarative knowledge, not instructions. Write:
+- name: a short name for this environment or task family;
+- domain_tags: 1 to 4 lowercase tags;
+- environment: facts about the environment — its objects, data, formats, units, tools, how tasks of this \
+family are alike and how they differ;
+- inference: cause -> effect rules the evidence shows ("X leads to Y", "X fails because Y");
+- constraints: what always holds or is required — what a checker verifies, required fields, limits;
+- each entry is {{"label": short, "description": one declarative sentence, "evidence_ids": [ids of the \
+experiences it rests on, as given in brackets]}}; at most 8 entries per list;
+- body: a short Markdown summary (at most 8 lines);
+- confidence in [0, 1]: how well the experiences support this model.
+Never write an instruction: no sentence starts with an imperative verb ("use", "do", "avoid", "check", \
+"parse"…); say what is true instead ("values are reported in thousands of USD"). Failures are evidence too: \
+what failed tells what the environment is like. Use only what the experiences show. {_SAME_LANGUAGE} \
+{_DATA_NOT_INSTRUCTIONS}
+Reply with only a JSON object: {{"name": "...", "domain_tags": ["..."], "environment": [...], "inference": [...], \
+"constraints": [...], "body": "...", "confidence": 0.0}}""",
+    user_template="DOMAIN:\n${domain}\n\nEXPERIENCES:\n${experiences}",
+    temperature=0.15,
+    max_tokens=1200,
+    schema=WorldAbstractionOutput,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
 # Retrieval
 # --------------------------------------------------------------------------------------------------------
 
@@ -579,6 +865,9 @@ PROMPTS: Final[dict[str, TextPrompt]] = {
         R_HUMAN_SCORE,
         L2_INDUCTION,
         DECISION_REPAIR,
+        FEEDBACK_REFINE,
+        SKILL_CRYSTALLIZE,
+        WORLD_ABSTRACTION,
         RETRIEVAL_FILTER,
     )
 }

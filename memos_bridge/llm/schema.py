@@ -61,9 +61,17 @@ Text1600 = Annotated[str, _clip_to(1600), Field(max_length=1600)]
 
 
 def _close_objects(node: Any) -> Any:
-    """Recursively close objects and require all their properties; drop keys strict mode refuses."""
+    """Recursively close objects and require all their properties; drop keys strict mode refuses.
+
+    `title`/`default` are dropped as schema *keywords* only: inside `properties` (and `$defs`) the keys are
+    names — an output field called "title" must survive."""
     if isinstance(node, dict):
-        out = {key: _close_objects(value) for key, value in node.items() if key not in ("title", "default")}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+                out[key] = {name: _close_objects(sub) for name, sub in value.items()}
+            elif key not in ("title", "default"):
+                out[key] = _close_objects(value)
         if out.get("type") == "object" and "properties" in out:
             out["additionalProperties"] = False
             out["required"] = list(out["properties"])

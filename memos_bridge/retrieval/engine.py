@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from memos_bridge.config import RetrievalSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.core import strength_rules
 from memos_bridge.core.capture import extract_error_signatures, tool_signature
 from memos_bridge.core.text import clip
 from memos_bridge.core.vector_store import FIELDS as VECTOR_FIELDS
@@ -80,6 +81,7 @@ MAX_ROLLUPS = 3
 RENDER_RESERVE_S = 0.03  # of a turn's deadline, kept for hydration, ranking and rendering
 GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
+WORLD_MIN_CONFIDENCE = 0.2  # reference minConfidenceForRetrieval, which its Tier-3 never applied
 PRIORITY_HALF_LIFE_DAYS = 30.0
 MIN_SKILL_ETA = 0.1
 LONG_IDENTIFIER = 8
@@ -235,6 +237,8 @@ class Retriever:
         self._vectors = vectors
         self._settings = settings
         self._llm = llm if settings.llm_filter else None
+        self.min_strength = 0.0  # memories weaker than this are not recalled (MemoryCore: strength.recall_floor)
+        self.min_world_confidence = WORLD_MIN_CONFIDENCE  # MemoryCore: learning.world.min_confidence_for_retrieval
 
     # ------------------------------------------------------------ entry points
 
@@ -382,7 +386,9 @@ class Retriever:
         if channel_scope.cancelled_caught:
             stats.degraded.append("deadline:partial")
 
-        candidates = await self._hydrate(list(collector.by_key.values()), owner, visible, plan)
+        links: list[tuple[str, str, str]] = []  # supersedes links, read with the rows (no extra hop)
+        candidates = await self._hydrate(list(collector.by_key.values()), owner, visible, plan, links)
+        candidates = await self._follow_supersedes(candidates, links, owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)
         candidates = await self._roll_up_episodes(candidates, query_vec)
         rrf_k = self._settings.rrf_k
@@ -527,9 +533,15 @@ class Retriever:
     # ------------------------------------------------------------ hydration and roll-ups
 
     async def _hydrate(
-        self, candidates: list[Candidate], owner: OwnerFilter | None, visible: VisibleContext | None, plan: Plan
+        self,
+        candidates: list[Candidate],
+        owner: OwnerFilter | None,
+        visible: VisibleContext | None,
+        plan: Plan,
+        links: list[tuple[str, str, str]] | None = None,
     ) -> list[Candidate]:
-        """Load rows, drop what is not eligible, attach payloads, strength signals and vectors."""
+        """Load rows, drop what is not eligible, attach payloads, strength signals and vectors; with `links`,
+        also collect the `supersedes` chains of the loaded candidates into it (same database read)."""
         by_kind: dict[str, list[Candidate]] = {}
         for cand in candidates:
             by_kind.setdefault(_storage_kind(cand.kind), []).append(cand)
@@ -539,6 +551,9 @@ class Retriever:
             del group[limit:]
 
         def load(db: Session) -> dict[str, dict[str, Any]]:
+            if links is not None:
+                ids = [c.ref_id for group in by_kind.values() for c in group]
+                links.extend(hotpath.supersede_chains(db, ids, strength_rules.MAX_SUPERSEDE_HOPS))
             return {
                 kind: hotpath.rows_by_ids(db, kind, [c.ref_id for c in group], owner) for kind, group in by_kind.items()
             }
@@ -551,15 +566,43 @@ class Retriever:
             stored = self._vectors.vectors_of(kind, field, [c.ref_id for c in group])
             for cand in group:
                 row = rows[kind].get(cand.ref_id)
-                if row is None or not self._eligible(kind, row, visible, plan):
+                if row is None or row.strength < self.min_strength or not self._eligible(kind, row, visible, plan):
                     continue
                 cand.vector = stored.get(cand.ref_id)
                 self._attach(kind, cand, row, now)
                 kept.append(cand)
         return kept
 
-    @staticmethod
-    def _eligible(kind: str, row: Any, visible: VisibleContext | None, plan: Plan) -> bool:
+    async def _follow_supersedes(
+        self,
+        candidates: list[Candidate],
+        links: list[tuple[str, str, str]],
+        owner: OwnerFilter | None,
+        visible: VisibleContext | None,
+        plan: Plan,
+    ) -> list[Candidate]:
+        """A corrected memory never out-ranks its correction (`memory.link` … `supersedes`).
+
+        A candidate superseded (down a chain of `links`) by a memory recallable here gives way to the newest
+        such correction, which inherits its channels — so a correction that did not match the request itself
+        is brought in at the rank of what it corrects. Rules in `strength_rules.resolve_supersedes`.
+        """
+        if not candidates or not links:
+            return candidates
+        by_id = {c.ref_id: c for c in candidates}
+        outside = {(kind, new) for kind, new, _ in links if new not in by_id and TIER_OF.get(kind) in plan.caps}
+        bare = [Candidate(kind=CANDIDATE_KIND[kind], ref_id=new, tier=TIER_OF[kind]) for kind, new in outside]
+        brought = {c.ref_id: c for c in await self._hydrate(bare, owner, visible, plan)}
+        replaced = strength_rules.resolve_supersedes(set(by_id) | set(brought), [(new, old) for _, new, old in links])
+        for old_id, new_ids in replaced.items():
+            old = by_id.pop(old_id, None) or brought.pop(old_id, None)
+            for new_id in new_ids:
+                correction = by_id.get(new_id) or brought[new_id]
+                for channel, (rank, score) in (old.channels if old else {}).items():
+                    correction.add(channel, rank, score)
+        return list(by_id.values()) + [c for c in brought.values() if c.channels]
+
+    def _eligible(self, kind: str, row: Any, visible: VisibleContext | None, plan: Plan) -> bool:
         if kind == "trace":
             if visible is not None and visible.hides(row):
                 return False  # the host still has it in its context: injecting it again only costs tokens
@@ -568,7 +611,7 @@ class Retriever:
             return bool(row.status in ("active", "candidate"))
         if kind == "skill":
             return bool(row.status in ("active", "candidate") and row.eta >= MIN_SKILL_ETA)
-        return bool(row.status == "active")
+        return bool(row.status == "active" and row.confidence >= self.min_world_confidence)
 
     @staticmethod
     def _attach(kind: str, cand: Candidate, row: Any, now: int) -> None:
@@ -619,6 +662,7 @@ class Retriever:
             cand.strength = row.confidence
             cand.dedupe_key = fusion.normalise_text(row.title)
             cand.payload = WorldSnippet(ref_id=row.id, title=row.title, body=row.body)
+        cand.strength = strength_rules.tie_signal(cand.strength, row.strength)  # evidence breaks near-ties only
 
     def _identifier_gate(self, candidates: list[Candidate], keywords: KeywordQuery) -> list[Candidate]:
         """A query naming a long identifier wants memories that contain it, when any do."""

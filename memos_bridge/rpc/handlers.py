@@ -40,7 +40,21 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "memory.timeline": core.timeline,
         "memory.list_traces": core.list_traces,
         "memory.list_episodes": core.list_episodes,
+        "memory.get_policy": core.get_policy,
+        "memory.list_policies": core.list_policies,
+        "memory.get_world": core.get_world,
+        "memory.list_world_models": core.list_world_models,
+        "memory.reinforce": core.reinforce,
+        "memory.decay": core.decay,
+        "memory.pin": core.pin,
+        "memory.unpin": core.unpin,
+        "memory.restore": core.restore,
+        "memory.link": core.link,
         "llm.test": core.llm_test,
+        "skill.list": core.list_skills,
+        "skill.get": core.get_skill,
+        "skill.archive": core.archive_skill,
+        "skill.restore": core.restore_skill,
     }
 
 

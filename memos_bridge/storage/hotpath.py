@@ -54,6 +54,7 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "tool_calls_json",
         "value",
         "priority",
+        "strength",
     ),
     "policy": (
         "id",
@@ -69,6 +70,7 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "confidence",
         "gain",
         "updated_at",
+        "strength",
     ),
     "skill": (
         "id",
@@ -79,8 +81,9 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "procedure_json",
         "source_policies_json",
         "updated_at",
+        "strength",
     ),
-    "world_model": ("id", "status", "confidence", "title", "body"),
+    "world_model": ("id", "status", "confidence", "title", "body", "strength"),
 }
 SHAREABLE = True  # every searchable table has a share scope
 
@@ -125,7 +128,7 @@ _EPISODE_TRACE_IDS = (
 
 _STEP_COLUMNS = ("id", "ts", "user_text", "agent_text", "summary")
 _STEPS = (
-    text(f"SELECT {', '.join(_STEP_COLUMNS)} FROM traces WHERE id IN :ids")
+    text(f"SELECT {', '.join(_STEP_COLUMNS)} FROM traces WHERE id IN :ids AND archived_at IS NULL")
     .bindparams(bindparam("ids", expanding=True))
     .columns(*[TRACES.c[name]._copy() for name in _STEP_COLUMNS])
 )
@@ -134,7 +137,7 @@ MAX_ROLLUP_STEPS = 40
 
 
 def episode_steps(db: Session, episode_ids: Sequence[str]) -> dict[str, list[Row[Any]]]:
-    """The traces of each episode in episode order (id, ts, user_text, agent_text, summary)."""
+    """The live traces of each episode in episode order (id, ts, user_text, agent_text, summary)."""
     if not episode_ids:
         return {}
     orders = {
@@ -172,6 +175,31 @@ def traces_with_signatures(
             hits[trace_id] = hits.get(trace_id, 0) + 1
     ranked = sorted(hits.items(), key=lambda item: item[1], reverse=True)[:limit]
     return [(trace_id, count / len(signatures)) for trace_id, count in ranked]
+
+
+# ------------------------------------------------------------------------------------------ supersedes
+
+# Memories that (transitively, a few links deep) supersede the given ones: (from kind, from id, to id) per
+# `memory.link … supersedes` edge on the way. Both steps use `ix_memory_links_to` (to_kind, to_id); UNION
+# and the depth bound make loops harmless.
+_SUPERSEDE_CHAINS = text(
+    "WITH RECURSIVE chain(from_kind, from_id, to_id, depth) AS ("
+    " SELECT from_kind, from_id, to_id, 1 FROM memory_links"
+    " WHERE relation = 'supersedes' AND to_kind IN ('trace', 'policy', 'skill', 'world_model') AND to_id IN :ids"
+    " UNION"
+    " SELECT l.from_kind, l.from_id, l.to_id, c.depth + 1 FROM memory_links AS l"
+    " JOIN chain AS c ON l.to_kind = c.from_kind AND l.to_id = c.from_id"
+    " WHERE l.relation = 'supersedes' AND c.depth < :depth"
+    ") SELECT DISTINCT from_kind, from_id, to_id FROM chain"
+).bindparams(bindparam("ids", expanding=True))
+
+
+def supersede_chains(db: Session, ids: Sequence[str], depth: int) -> list[tuple[str, str, str]]:
+    """(kind of the correction, correction id, corrected id) of every `supersedes` link reachable from `ids`."""
+    if not ids:
+        return []
+    rows = db.execute(_SUPERSEDE_CHAINS, {"ids": list(ids), "depth": depth})
+    return [(str(kind), str(new), str(old)) for kind, new, old in rows]
 
 
 # ------------------------------------------------------------------------------------------ guidance

@@ -73,6 +73,11 @@ def test_json_prompts_have_closed_bounded_schemas(prompt: Prompt[BaseModel]) -> 
     assert "maxLength" in text or prompt.schema is FilterOutput  # every text field is bounded
     assert "JSON" in prompt.system
     assert "title" not in schema and "default" not in str(schema)
+    for obj in objects:  # schema keywords are dropped, never output fields that happen to be called so
+        assert set(obj["properties"]) == set(obj["required"])
+        assert all("title" not in sub for sub in obj["properties"].values() if isinstance(sub, dict))
+    fields = prompt.schema.model_fields
+    assert set(schema["properties"]) == {f.alias or name for name, f in fields.items()}
 
 
 @pytest.mark.parametrize("prompt", list(PROMPTS.values()), ids=lambda p: p.id)

@@ -110,13 +110,22 @@ def load_episode(db: Session, episode_id: str, dim: int) -> EpisodeState | None:
     return EpisodeState(owner, traces, set(linked))
 
 
+L2_TYPE = "procedural"
+"""The experience type of L2-induced policies (the column's default)."""
+
+
 def policy_signatures(db: Session, policy_ids: Iterable[str]) -> dict[str, str]:
-    """Signature text of each live (candidate/active) policy among `policy_ids`."""
+    """Signature text of each live (candidate/active) L2 policy among `policy_ids`.
+
+    Typed experiences built from feedback (failure lessons, preferences...) share the table and the vector
+    index but are not L2's to associate, merge or re-gain: only `procedural` rows are returned."""
     ids = list(set(policy_ids))
     if not ids:
         return {}
     rows = db.execute(
-        select(PolicyRow.id, PolicyRow.signature).where(PolicyRow.id.in_(ids), PolicyRow.status != STATUS_ARCHIVED)
+        select(PolicyRow.id, PolicyRow.signature).where(
+            PolicyRow.id.in_(ids), PolicyRow.status != STATUS_ARCHIVED, PolicyRow.experience_type == L2_TYPE
+        )
     ).all()
     return {row_id: signature or "" for row_id, signature in rows}
 
@@ -362,6 +371,7 @@ def store_draft(
             PolicyRow.owner_profile_id == owner.profile_id,
             PolicyRow.owner_workspace_id.is_not_distinct_from(owner.workspace_id),
             PolicyRow.status != STATUS_ARCHIVED,
+            PolicyRow.experience_type == L2_TYPE,
         )
         .order_by(PolicyRow.updated_at.desc())
         .limit(NEAR_DUP_SCAN)

@@ -1,6 +1,7 @@
 """The learning side of the core: the per-episode chain, explicit feedback, flush and startup recovery.
 
-The chain for one episode is reward → L2 (issue 5 adds experiences, L3 and skills after it). It runs from
+The chain for one episode is reward → typed experiences (from explicit feedback) → L2 policies → L3 world
+models → skills → strength (protection of the user's own rules). It runs from
 the `LearningQueue` after an episode ends, or at once when feedback arrives. In lightweight mode nothing
 here runs except storing feedback: capture and retrieval only, the minimum cost.
 """
@@ -21,10 +22,14 @@ from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.learning.context import LearningContext
+from memos_bridge.core.learning.experiences import experience_stage
 from memos_bridge.core.learning.l2 import l2_stage
 from memos_bridge.core.learning.queue import ForegroundGate, LearningQueue
 from memos_bridge.core.learning.reward_stage import RewardReport, run_reward
+from memos_bridge.core.learning.skills import skill_stage
+from memos_bridge.core.learning.world import world_stage
 from memos_bridge.core.sessions import Outbox, finalize_episode_sync
+from memos_bridge.core.strength import strength_stage
 from memos_bridge.ids import new_id
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow
 
@@ -63,7 +68,16 @@ class LearningService:
             gate=self.gate,
         )
         #: Stages after reward, in order, each `(ctx, episode_id, reward_report)`; skipped episodes stop early.
-        self.stages: list[tuple[str, Stage]] = [("l2", l2_stage)]
+        # Order matters: experiences need the fresh reward; L2 must not see feedback lessons as its own
+        # policies; world models abstract the experiences; skills need the whole family (success anchor +
+        # lessons) and resolve trials with the outcome; strength protects the user's own rules last.
+        self.stages: list[tuple[str, Stage]] = [
+            ("experiences", experience_stage),
+            ("l2", l2_stage),
+            ("world", world_stage),
+            ("skills", skill_stage),
+            ("strength", strength_stage),
+        ]
         self.last_reports: dict[str, ChainReport] = {}
         self._monotonic = monotonic
         self._started = monotonic()

@@ -1,0 +1,487 @@
+"""Verifier payloads as structured evidence: credit, expected vs actual, failing fields, concrete hints.
+
+A verifier (SkillFlow, a test runner, a grader) reports on one attempt in `feedback.submit`'s `raw.verifier`
+(or `raw` itself): `passed/total` or `score`/`reward`, perhaps a boolean verdict, `expected` and `actual`
+answers, failing fields, the task name, the output file. That is data, not chat (issue 5), and it is the
+most specific lesson source there is, so it is parsed rather than pattern-matched as text:
+
+* **credit** — passed/total first, then score/reward; a pass counts only at full credit (partial credit,
+  or any remaining mismatch, is a failure: reference `FULL_PASS_REWARD = 1`);
+* **mismatches** — `expected` and `actual` are diffed field by field (nested objects, rows of lists under
+  their field name) into typed differences: missing and unexpected fields (a schema error), a round scale
+  factor between numbers (×1000 → "report in thousands"), a type difference, a different row count, the
+  same rows in another order (with the key the expected rows are sorted by, e.g. "by cusip ascending"),
+  or a plain value difference; mismatch lists a verifier reports itself are read too;
+* **severity** — lost credit, raised by structural faults (schema 0.9, other mismatches 0.7, failing
+  fields 0.6), so a 4/5 pass with a wrong schema is still a severe failure;
+* **hints** — fix lines (what the answer must be) and avoid lines (what this attempt did that the
+  verifier rejected), phrased with the field, the file and a sample of the values.
+
+Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from memos_bridge.core.text import clip, squash
+
+Outcome = Literal["pass", "fail", "unknown"]
+
+#: Characters of a value quoted in a hint or a mismatch record; of expected/actual kept in the meta record.
+VALUE_CHARS: Final = 60
+META_JSON_CHARS: Final = 600
+#: Characters of the verifier's message kept in the meta record.
+MESSAGE_CHARS: Final = 360
+#: Mismatches kept; nesting depth diffed; hint lines returned per kind.
+MAX_MISMATCHES: Final = 20
+DIFF_DEPTH: Final = 3
+MAX_LINES: Final = 6
+
+MismatchKind = Literal["missing", "unexpected", "scale", "type", "count", "order", "value"]
+
+_VERIFIER_KEYS: Final = frozenset(
+    {"passed", "total", "score", "reward", "expected", "actual", "failing_fields", "failingFields", "mismatches"}
+)
+_FAILING_KEYS: Final = (
+    "failing_fields",
+    "failingFields",
+    "failed_fields",
+    "failedFields",
+    "failing",
+    "failed",
+    "fields",
+    "failures",
+)
+_MISMATCH_KEYS: Final = ("mismatches", "diffs", "differences", "errors")
+_TASK_KEYS: Final = ("task", "task_name", "taskName", "name", "task_id", "taskId")
+_FILE_KEYS: Final = ("file", "path", "output_file", "outputFile", "answer_file", "answerFile")
+MESSAGE_KEYS: Final = ("message", "feedback", "details", "detail", "reason", "summary", "error", "text", "verdict")
+_PASS_WORDS: Final = frozenset({"pass", "passed", "success", "succeeded", "ok", "correct", "true"})
+_FAIL_WORDS: Final = frozenset({"fail", "failed", "failure", "error", "incorrect", "wrong", "false"})
+FILE_NAME: Final = re.compile(r"[\w\-/]*\w\.(?:json|csv|tsv|xml|txt|md|ya?ml|py|sql|html?)\b", re.IGNORECASE)
+#: Scale factors a value can be off by, and how the fix is said.
+_SCALES: Final = ((1000.0, "thousands"), (1_000_000.0, "millions"), (1_000_000_000.0, "billions"), (100.0, "percent"))
+_SCALE_TOLERANCE: Final = 0.01
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One way the answer differed from what the verifier expected (`field` "" = the whole answer)."""
+
+    kind: MismatchKind
+    field: str
+    expected: Any = None
+    actual: Any = None
+    detail: str = ""  # scale label, or the ordering ("by cusip ascending")
+    factor: float = 0.0  # scale: actual / expected
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "field": self.field}
+        if self.expected is not None:
+            out["expected"] = _show(self.expected)
+        if self.actual is not None:
+            out["actual"] = _show(self.actual)
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+def _show(value: Any, limit: int = VALUE_CHARS) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return clip(text, limit)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return None if math.isnan(float(value)) else float(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[\d,]*\.?\d+\s*", value):
+        try:
+            return float(value.replace(",", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None and isinstance(a, str) == isinstance(b, str):
+        return math.isclose(na, nb, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, str) and isinstance(b, str):
+        return squash(a) == squash(b)
+    return bool(a == b)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _scale(expected: float, actual: float) -> tuple[float, str] | None:
+    """(factor, label) when `actual` is `expected` times a round scale (or divided by one)."""
+    if expected == 0 or actual == 0:
+        return None
+    ratio = actual / expected
+    for factor, label in _SCALES:
+        if abs(ratio / factor - 1) <= _SCALE_TOLERANCE:
+            return factor, label
+        if abs(ratio * factor - 1) <= _SCALE_TOLERANCE:
+            return 1 / factor, label
+    return None
+
+
+def _sorted_by(values: Sequence[Any]) -> str:
+    """ "ascending"/"descending" when the values are comparable and sorted so, else ""."""
+    numbers = [_number(v) for v in values]
+    keys: list[Any] = numbers if all(n is not None for n in numbers) else [str(v) for v in values]
+    if len(keys) < 2 or len(set(map(str, keys))) < 2:
+        return ""
+    if all(a <= b for a, b in itertools.pairwise(keys)):
+        return "ascending"
+    if all(a >= b for a, b in itertools.pairwise(keys)):
+        return "descending"
+    return ""
+
+
+def _order_detail(expected: Sequence[Any], actual: Sequence[Any]) -> str:
+    """How the expected list is ordered where the actual one is not ("by cusip ascending")."""
+    if expected and all(isinstance(e, Mapping) for e in expected) and all(isinstance(a, Mapping) for a in actual):
+        for key in expected[0]:
+            wanted = _sorted_by([e.get(key) for e in expected])
+            if wanted and _sorted_by([a.get(key) for a in actual]) != wanted:
+                return f"by {key} {wanted}"
+        return ""
+    wanted = _sorted_by(expected)
+    return wanted if wanted and _sorted_by(actual) != wanted else ""
+
+
+def _row_key(expected: Sequence[Any], actual: Sequence[Any]) -> str:
+    """A field that identifies rows in both lists (present in every row, unique, the same set of values),
+    e.g. `cusip`; "" when the lists are not rows or no field qualifies."""
+    if not expected or len(expected) != len(actual):
+        return ""
+    if not all(isinstance(row, Mapping) for row in (*expected, *actual)):
+        return ""
+    for key in expected[0]:
+        if not all(key in row for row in (*expected, *actual)):
+            continue
+        wanted = [_canonical(row[key]) for row in expected]
+        given = [_canonical(row[key]) for row in actual]
+        if len(set(wanted)) == len(wanted) and sorted(wanted) == sorted(given):
+            return str(key)
+    return ""
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def diff_values(expected: Any, actual: Any, path: str = "", depth: int = 0) -> list[Mismatch]:
+    """Typed mismatches between an expected and an actual answer (fields of list rows keep their name)."""
+    out: list[Mismatch] = []
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        for key, value in expected.items():
+            name = _join(path, str(key))
+            if key not in actual:
+                out.append(Mismatch("missing", name, expected=value))
+            elif depth < DIFF_DEPTH:
+                out.extend(diff_values(value, actual[key], name, depth + 1))
+        extra = [(k, v) for k, v in actual.items() if k not in expected]
+        out.extend(Mismatch("unexpected", _join(path, str(k)), actual=v) for k, v in extra)
+    elif isinstance(expected, list) and isinstance(actual, list):
+        key = _row_key(expected, actual)
+        if len(expected) != len(actual):
+            out.append(Mismatch("count", path, expected=len(expected), actual=len(actual)))
+        elif sorted(map(_canonical, expected)) == sorted(map(_canonical, actual)):
+            if list(map(_canonical, expected)) != list(map(_canonical, actual)):
+                out.append(Mismatch("order", path, detail=_order_detail(expected, actual)))
+        elif key and depth < DIFF_DEPTH:
+            # rows that carry an identifier (a CUSIP, an id): compare each row with its namesake, and report
+            # the order separately, so a reordered list does not look like every value changed
+            if [e[key] for e in expected] != [a[key] for a in actual]:
+                out.append(Mismatch("order", path, detail=_order_detail(expected, actual)))
+            by_key = {_canonical(a[key]): a for a in actual}
+            for e in expected:
+                out.extend(diff_values(e, by_key[_canonical(e[key])], path, depth + 1))
+        elif depth < DIFF_DEPTH:
+            for e, a in zip(expected, actual, strict=True):
+                out.extend(diff_values(e, a, path, depth + 1))
+    elif not _same(expected, actual):
+        ne, na = _number(expected), _number(actual)
+        scaled = _scale(ne, na) if ne is not None and na is not None else None
+        if scaled is not None:
+            out.append(Mismatch("scale", path, expected, actual, detail=scaled[1], factor=scaled[0]))
+        elif (ne is None) != (na is None) and expected is not None and actual is not None:
+            out.append(Mismatch("type", path, expected, actual))
+        else:
+            out.append(Mismatch("value", path, expected, actual))
+    return _dedupe_mismatches(out)
+
+
+def _dedupe_mismatches(items: Iterable[Mismatch]) -> list[Mismatch]:
+    """One mismatch per (kind, field, scale): rows of a list repeat the same fault."""
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Mismatch] = []
+    for item in items:
+        key = (item.kind, item.field, item.detail)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out[:MAX_MISMATCHES]
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        return [str(v) for v in value if isinstance(v, str | int | float) and str(v).strip()]
+    if isinstance(value, Mapping):
+        return [str(k) for k in value]
+    return []
+
+
+def _explicit_mismatches(block: Mapping[str, Any]) -> list[Mismatch]:
+    """Mismatch lists a verifier reports itself: `[{field, expected, actual}]`."""
+    out: list[Mismatch] = []
+    for key in _MISMATCH_KEYS:
+        items = block.get(key)
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            if isinstance(item, Mapping) and ("expected" in item or "actual" in item):
+                name = str(item.get("field") or item.get("path") or item.get("name") or "")
+                out.extend(diff_values(item.get("expected"), item.get("actual"), name))
+    return out
+
+
+@dataclass(frozen=True)
+class VerifierView:
+    """What a verifier said about one attempt, as structured data."""
+
+    task: str = ""
+    passed: int | None = None
+    total: int | None = None
+    score: float | None = None
+    verdict: bool | None = None  # a boolean pass/fail without numbers
+    expected: Any = None
+    actual: Any = None
+    failing_fields: tuple[str, ...] = ()
+    mismatches: tuple[Mismatch, ...] = ()
+    message: str = ""
+    file: str = ""
+
+    @property
+    def credit(self) -> float | None:
+        """Fraction of credit in [0, 1] (passed/total first, then score/reward); None without numbers."""
+        if self.passed is not None and self.total is not None and self.total > 0:
+            return min(1.0, max(0.0, self.passed / self.total))
+        if self.score is not None:
+            return min(1.0, max(0.0, self.score))
+        return None
+
+    @property
+    def outcome(self) -> Outcome:
+        """Pass only at full credit; partial credit, mismatches or a failing verdict are failures."""
+        credit = self.credit
+        if credit is not None:
+            return "pass" if credit >= 1.0 and not self.mismatches else "fail"
+        if self.verdict is not None:
+            return "pass" if self.verdict and not self.mismatches else "fail"
+        if self.mismatches or self.failing_fields:
+            return "fail"
+        return "unknown"
+
+    @property
+    def names_problem(self) -> bool:
+        """Whether the data says what was wrong (not just that something was)."""
+        return bool(self.mismatches or self.failing_fields)
+
+    @property
+    def knows_fix(self) -> bool:
+        """Whether it says what the answer should have been (expected values, a missing field's value…)."""
+        return any(m.kind != "unexpected" for m in self.mismatches)
+
+    @property
+    def severity(self) -> float:
+        """How badly the attempt failed, in [0, 1]: lost credit, raised by structural faults."""
+        if self.outcome == "pass":
+            return 0.0
+        credit = self.credit
+        severity = 1.0 - credit if credit is not None else (0.7 if self.verdict is False else 0.0)
+        kinds = {m.kind for m in self.mismatches}
+        if kinds & {"missing", "unexpected"}:
+            severity = max(severity, 0.9)
+        elif kinds:
+            severity = max(severity, 0.7)
+        elif self.failing_fields:
+            severity = max(severity, 0.6)
+        return round(min(1.0, severity), 4)
+
+    def summary(self) -> str:
+        """ "sec13f_top_classes: 1/5 passed" — the verifier's result in one phrase."""
+        if self.passed is not None and self.total is not None:
+            result = f"{self.passed}/{self.total} passed"
+        elif self.score is not None:
+            result = f"score {self.score:g}"
+        elif self.verdict is not None:
+            result = "passed" if self.verdict else "failed"
+        else:
+            result = "failed" if self.outcome == "fail" else "no result"
+        return f"{self.task}: {result}" if self.task else result
+
+    def meta(self, hints: Sequence[str]) -> dict[str, Any]:
+        """The `verifier_meta_json` record: bounded, JSON-ready."""
+        out: dict[str, Any] = {
+            "task": self.task,
+            "passed": self.passed,
+            "total": self.total,
+            "score": self.score,
+            "credit": self.credit,
+            "outcome": self.outcome,
+            "severity": self.severity,
+            "failingFields": list(self.failing_fields),
+            "mismatches": [m.as_json() for m in self.mismatches],
+            "hints": list(hints),
+        }
+        for key, value in (("expected", self.expected), ("actual", self.actual)):
+            if value is not None:
+                text = _canonical(value)
+                out[key] = value if len(text) <= META_JSON_CHARS else clip(text, META_JSON_CHARS)
+        if self.file:
+            out["file"] = self.file
+        if self.message:
+            out["message"] = clip(self.message, MESSAGE_CHARS)
+        return {k: v for k, v in out.items() if v not in (None, "", [])}
+
+
+def _verdict(block: Mapping[str, Any]) -> bool | None:
+    for key in ("passed", "success", "ok", "pass"):
+        value = block.get(key)
+        if isinstance(value, bool):
+            return value
+    for key in ("status", "result", "verdict", "outcome"):
+        value = block.get(key)
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in _PASS_WORDS:
+                return True
+            if word in _FAIL_WORDS:
+                return False
+    return None
+
+
+def _int(value: Any) -> int | None:
+    number = _number(value) if not isinstance(value, str) else None
+    return int(number) if number is not None and number.is_integer() else None
+
+
+def parse_verifier(raw: Any) -> VerifierView | None:
+    """The verifier result in a feedback payload (`raw.verifier`, or `raw` itself when it looks like one)."""
+    if not isinstance(raw, Mapping):
+        return None
+    block = raw.get("verifier")
+    if not isinstance(block, Mapping):
+        if not (_VERIFIER_KEYS & set(raw)):
+            return None
+        block = raw
+    passed, total = _int(block.get("passed")), _int(block.get("total"))
+    score = next((s for s in (_number(block.get("score")), _number(block.get("reward"))) if s is not None), None)
+    expected, actual = block.get("expected"), block.get("actual")
+    mismatches = _explicit_mismatches(block)
+    if "expected" in block and "actual" in block:
+        mismatches = diff_values(expected, actual) + mismatches
+    failing = next((_strings(block.get(k)) for k in _FAILING_KEYS if _strings(block.get(k))), [])
+    task = next((str(block.get(k) or raw.get(k)) for k in _TASK_KEYS if block.get(k) or raw.get(k)), "")
+    file = next((str(block.get(k)) for k in _FILE_KEYS if isinstance(block.get(k), str) and block.get(k)), "")
+    message = "\n".join(str(block.get(k)) for k in MESSAGE_KEYS if isinstance(block.get(k), str))
+    view = VerifierView(
+        task=clip(task, 120),
+        passed=passed,
+        total=total,
+        score=score,
+        verdict=_verdict(block),
+        expected=expected,
+        actual=actual,
+        failing_fields=tuple(dict.fromkeys(clip(f, 80) for f in failing))[:MAX_MISMATCHES],
+        mismatches=tuple(_dedupe_mismatches(mismatches)),
+        message=message.strip(),
+        file=file,
+    )
+    has_result = view.credit is not None or view.verdict is not None
+    return view if has_result or view.names_problem or view.message else None
+
+
+def file_in(*texts: str) -> str:
+    """The first output file name ("answers.json") mentioned in `texts`, or ""."""
+    for text in texts:
+        match = FILE_NAME.search(text or "")
+        if match:
+            return str(match.group(0))
+    return ""
+
+
+#: Hint order: schema first (nothing else can pass without it), then units, types, counts, order, values.
+_HINT_ORDER: Final[tuple[MismatchKind, ...]] = ("missing", "unexpected", "scale", "type", "count", "order", "value")
+
+
+def _where(field_name: str, file: str) -> str:
+    target = f"`{field_name}`" if field_name else "the values"
+    return f"{target} in {file}" if file and field_name else target
+
+
+def verifier_lines(view: VerifierView, file: str = "") -> tuple[list[str], list[str]]:
+    """(fix lines, avoid lines) the verifier data supports, most specific first.
+
+    Fix lines say what the answer must be (scale, schema, order, count, type, value); avoid lines what this
+    attempt did that the verifier rejected.
+    """
+    file = view.file or file
+    fixes: list[str] = []
+    avoid: list[str] = []
+    missing = [m.field for m in view.mismatches if m.kind == "missing"]
+    unexpected = [m.field for m in view.mismatches if m.kind == "unexpected"]
+    for m in sorted(view.mismatches, key=lambda m: _HINT_ORDER.index(m.kind)):
+        where = _where(m.field, file)
+        if m.kind == "scale":
+            sample = f"expected {_show(m.expected)}, got {_show(m.actual)}"
+            if m.detail == "percent":
+                form = "a percentage" if m.factor > 1 else "a fraction"
+                fixes.append(f"Write {where} as {'a fraction' if m.factor > 1 else 'a percentage'} ({sample}).")
+                avoid.append(f"Do not write {where} as {form}.")
+            elif m.factor > 1:
+                fixes.append(f"Report {where} in {m.detail}: divide the raw values by {m.factor:,.0f} ({sample}).")
+                avoid.append(f"Do not report raw, unscaled values for {where} ({sample}).")
+            else:
+                fixes.append(f"Report {where} in units, not {m.detail}: multiply by {1 / m.factor:,.0f} ({sample}).")
+                avoid.append(f"Do not report {where} in {m.detail} ({sample}).")
+        elif m.kind == "order":
+            how = f" {m.detail}" if m.detail.startswith("by ") else (f" in {m.detail} order" if m.detail else "")
+            fixes.append(f"Order the entries of {where}{how}, as the verifier expects.")
+            avoid.append(f"Do not leave the entries of {where} unsorted.")
+        elif m.kind == "count":
+            fixes.append(
+                f"Produce {m.expected} entries for {where} (this attempt had {m.actual}): process every record "
+                "before aggregating."
+            )
+        elif m.kind == "type":
+            kind = "number" if _number(m.expected) is not None else "string"
+            fixes.append(f"Write {where} as a {kind} (expected {_show(m.expected)}, got {_show(m.actual)}).")
+        elif m.kind == "value":
+            sample = f"{_show(m.expected)} (this attempt: {_show(m.actual)})"
+            fixes.append(f"{where[0].upper()}{where[1:]} must be {sample}.")
+    if missing:
+        target = f" in {file}" if file else ""
+        fixes.insert(0, f"Use the fields the task asks for{target}: {', '.join(missing[:8])}.")
+    if unexpected:
+        avoid.insert(0, f"Do not write fields the task did not ask for ({', '.join(unexpected[:8])}).")
+    if view.failing_fields and not view.mismatches:
+        fields = ", ".join(view.failing_fields[:8])
+        avoid.append(f"Do not submit without re-checking {fields}: the verifier failed them.")
+    return list(dict.fromkeys(fixes))[:MAX_LINES], list(dict.fromkeys(avoid))[:MAX_LINES]

@@ -1,0 +1,236 @@
+"""Skills through the JSON-RPC boundary: skill.list / get / archive / restore, and what turn.start injects when a
+skill and the experiences it was built from are recalled together (provenance de-duplication).
+
+The service records two SEC 13F tasks; the typed experiences the experience builder would derive from their
+verifier feedback are then stored, and the skill stage crystallises the skill, in-process on the same data
+home (the lead wires the stage into the chain); a second service run recalls them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import select
+
+from memos_bridge.client import RpcError, ServiceClient
+from memos_bridge.config import load_settings
+from memos_bridge.core.events import EventBus
+from memos_bridge.core.learning.context import LearningContext
+from memos_bridge.core.learning.skills import run_skills
+from memos_bridge.core.vector_store import VectorStore
+from memos_bridge.embedding.base import Embedder
+from memos_bridge.llm.facade import LLMFacade
+from memos_bridge.llm.host import NoLLM
+from memos_bridge.storage.database import Database
+from memos_bridge.storage.models import PolicyRow, SkillRow
+from memos_bridge.storage.owner import OwnerFilter
+from memos_bridge.storage.vectors import to_blob
+
+AGENT = "tester"
+# Room for the two experiences next to the past tasks' steps in tier 2 (the default is 5).
+ENV = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_RETRIEVAL__TIER2_TOP_K": "8"}
+PARSE = {"name": "bash", "input": {"cmd": "python parse_13f.py filing.xml"}, "output": "parsed 312 infoTable rows"}
+SUM = {"name": "python", "input": {"code": "df.groupby('issuer').value.sum()"}, "output": "41 issuers"}
+WRITE = {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"}
+AVOID_LINE = "Do not multiply 13F infoTable values by 1000: they are already in thousands"
+NEW_AVOID_LINE = "Do not round 13F values before summing them per issuer"
+QUERY = "New SEC 13F task: aggregate the infoTable values per issuer into answers.json"
+
+
+def _task(client: ServiceClient, session: str, text: str, tools: list[dict[str, Any]], reply: str, ts: int) -> str:
+    started = client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": text, "ts": ts}, timeout=60)
+    episode: str = started["query"]["episodeId"]
+    client.call(
+        "turn.end",
+        {
+            "agent": AGENT,
+            "sessionId": session,
+            "episodeId": episode,
+            "agentText": reply,
+            "toolCalls": tools,
+            "ts": ts + 1,
+        },
+        timeout=60,
+    )
+    client.call("episode.close", {"episodeId": episode})
+    return episode
+
+
+async def _seed(home: Path, embedder: Embedder, failed: str, passed: str) -> dict[str, str]:
+    """The experiences of both tasks, the skill crystallised from them, then a correction of the avoidance that
+    the skill has not absorbed yet (its guidance is newer than the skill)."""
+    settings = load_settings(home, env={})
+    db = Database(settings.database_url)
+    db.open()
+    try:
+        ctx = LearningContext(db, VectorStore(db, embedder.dim), embedder, LLMFacade([NoLLM()]), EventBus(), settings)
+        owner = OwnerFilter(AGENT, "default", None)
+        specs = {
+            "avoid": (
+                "failure_avoidance",
+                "negative",
+                "Avoid: multiplying 13F values by 1000",
+                "When aggregating SEC 13F infoTable values into per-issuer totals",
+                "Values in the 13F infoTable are already in thousands; keep them as they are",
+                [AVOID_LINE],
+                failed,
+            ),
+            "success": (
+                "success_pattern",
+                "positive",
+                "SEC 13F holdings: total value per issuer into answers.json",
+                "When a SEC 13F task asks for the total holding value per issuer",
+                "1. Parse every infoTable record of the 13F filing\n2. Sum value per issuer\n"
+                "3. Write answers.json with the requested fields",
+                [],
+                passed,
+            ),
+        }
+        ids: dict[str, str] = {}
+        for key, (kind, polarity, title, trigger, procedure, anti, episode) in specs.items():
+            vec = (await embedder.embed([f"{title}\n{trigger}\n{procedure}"]))[0]
+            row = PolicyRow(
+                id=f"po_e2e_{key}",
+                title=title,
+                trigger=trigger,
+                procedure=procedure,
+                verification="The verifier reports every answers.json field passed" if key == "success" else "",
+                status="active",
+                support=1,
+                gain=0.8,
+                experience_type=kind,
+                evidence_polarity=polarity,
+                salience=0.9,
+                confidence=0.9,
+                skill_eligible=kind == "success_pattern",
+                tags_json=["sec13f"],
+                source_episodes_json=[episode],
+                decision_guidance_json={"preference": [], "antiPattern": anti},
+                vec=to_blob(vec),
+                created_at=ctx.clock(),
+                updated_at=ctx.clock(),
+                **owner.as_columns(),
+            )
+            await db.write(lambda s, row=row: s.add(row))
+            ids[key] = row.id
+        report = await run_skills(ctx, passed, "success")
+        assert len(report.crystallized) == 1, report
+        ids["skill"] = report.crystallized[0]
+
+        def correct(s: Any) -> None:
+            skill = s.scalar(select(SkillRow).where(SkillRow.id == ids["skill"]))
+            avoid = s.scalar(select(PolicyRow).where(PolicyRow.id == ids["avoid"]))
+            avoid.decision_guidance_json = {"preference": [], "antiPattern": [AVOID_LINE, NEW_AVOID_LINE]}
+            avoid.updated_at = skill.updated_at + 5_000
+
+        await db.write(correct)
+        return ids
+    finally:
+        db.close()
+
+
+def _entry(block: str, ref_id: str) -> str:
+    """The numbered entry of the injected block that names `ref_id` ('' when none does)."""
+    for entry in re.split(r"\n(?=\d+\. )", block):
+        if f"id={ref_id})" in entry.splitlines()[0]:
+            return entry
+    return ""
+
+
+def _recall(client: ServiceClient, session: str, ts: int) -> dict[str, Any]:
+    result: dict[str, Any] = client.call(
+        "turn.start", {"agent": AGENT, "sessionId": session, "userText": QUERY, "ts": ts}, timeout=60
+    )
+    return result
+
+
+def _hit_ids(result: dict[str, Any], kind: str) -> list[str]:
+    return [h["refId"] for h in result["hits"] if h["refKind"] == kind]
+
+
+def test_skills_over_json_rpc_with_provenance_deduplication(home: Path, real_embedder: Embedder) -> None:
+    with ServiceClient.spawn(home, env=ENV) as client:
+        session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        failed = _task(
+            client,
+            session,
+            "Compute the total value of the 13F holdings per issuer and write answers.json",
+            [PARSE, WRITE],
+            "Wrote answers.json with every value multiplied by 1000.",
+            1_000,
+        )
+        passed = _task(
+            client,
+            session,
+            "Compute the total value per issuer of this quarter's 13F filing into answers.json",
+            [PARSE, SUM, WRITE],
+            "Wrote answers.json: totals per issuer, values kept in thousands.",
+            10_000,
+        )
+        client.call("memory.flush", {}, timeout=60)
+    ids = anyio.run(_seed, home, real_embedder, failed, passed)
+    skill_id = ids["skill"]
+
+    with ServiceClient.spawn(home, env=ENV) as client:
+        # skill.list / skill.get
+        listed = client.call("skill.list", {})["skills"]
+        assert [s["id"] for s in listed] == [skill_id]
+        assert client.call("skill.list", {"status": "archived"})["skills"] == []
+        skill = client.call("skill.get", {"id": skill_id})
+        assert skill["status"] == "candidate" and skill["evidenceAnchors"] == [ids["success"]]
+        assert sorted(skill["sourcePolicyIds"]) == sorted([ids["success"], ids["avoid"]])
+        assert AVOID_LINE in skill["decisionGuidance"]["antiPattern"]
+        assert "## Avoid\n- " + AVOID_LINE in skill["invocationGuide"]
+        assert skill["procedure"]["steps"][0]["title"] == "Parse every infoTable record of the 13F filing"
+        assert skill["summary"].startswith("SEC 13F holdings")
+        assert client.call("skill.get", {"id": "sk_missing"}) is None
+
+        # A skill recalled together with the experiences it was built from: the unchanged source (the success
+        # pattern) is dropped from the block, the corrected one (the avoidance, newer than the skill) is shown
+        # as an update carrying only its guidance.
+        result = _recall(client, "se_recall", 100_000)
+        assert skill_id in _hit_ids(result, "skill")
+        experiences = _hit_ids(result, "experience")
+        assert ids["success"] in experiences and ids["avoid"] in experiences
+        block = result["injectedContext"]
+        assert f"id={skill_id})" in block and "## Candidate skills" in block
+        assert _entry(block, ids["success"]) == ""
+        update = _entry(block, ids["avoid"])
+        assert "[update to a recalled skill]" in update.splitlines()[0]
+        assert NEW_AVOID_LINE in update
+        assert "Trigger:" not in update and "keep them as they are" not in update  # no full experience body
+        assert f"Avoid: {AVOID_LINE}" in block  # the skill's own Avoid guidance
+
+        # recordTrial: needs an episode; by session it is the session's open episode
+        with pytest.raises(RpcError) as bad:
+            client.call("skill.get", {"id": skill_id, "recordTrial": True})
+        assert bad.value.code == -32602 and bad.value.memos_code == "invalid_argument"
+        used = client.call("skill.get", {"id": skill_id, "recordTrial": True, "sessionId": "se_recall"})
+        assert used["usageCount"] == 1 and used["lastUsedAt"] is not None
+
+        # archive: out of recall, so the experiences come back in full
+        assert client.call("skill.archive", {"id": skill_id}) == {"ok": True}
+        assert client.call("skill.archive", {"id": skill_id}) == {"ok": True}
+        assert [s["id"] for s in client.call("skill.list", {"status": "archived"})["skills"]] == [skill_id]
+        archived = _recall(client, "se_archived", 200_000)
+        assert skill_id not in _hit_ids(archived, "skill")
+        assert "Trigger:" in _entry(archived["injectedContext"], ids["success"])
+
+        # restore: recalled again
+        assert client.call("skill.restore", {"id": skill_id}) == {"ok": True}
+        restored = client.call("skill.get", {"id": skill_id})
+        assert restored["status"] == "candidate" and restored.get("archivedAt") is None
+        again = _recall(client, "se_restored", 300_000)
+        assert skill_id in _hit_ids(again, "skill")
+        assert _entry(again["injectedContext"], ids["success"]) == ""
+
+        with pytest.raises(RpcError) as missing:
+            client.call("skill.archive", {"id": "sk_missing"})
+        assert missing.value.memos_code == "skill_not_found"
+        with pytest.raises(RpcError) as unknown:
+            client.call("skill.list", {"status": "retired"})
+        assert unknown.value.code == -32602
