@@ -17,7 +17,7 @@ token budget into characters at 4 characters per token).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from memos_bridge.core.text import clip
@@ -144,20 +144,34 @@ def apply_provenance(data: RenderInput) -> tuple[list[ExperienceSnippet], list[E
     """Split experiences into (shown in full, shown as guidance-only updates of a recalled skill).
 
     An experience a recalled skill was built from is dropped when it has not changed since the skill,
-    and reduced to its guidance when it changed later (newer feedback not yet rebuilt into the skill).
+    and reduced to its *new* guidance when it changed later (newer feedback not yet rebuilt into the
+    skill): Prefer/Avoid lines the skill already carries are left out, and an update with nothing new is
+    dropped too.
     """
     built_from: dict[str, int] = {}
+    known_prefer: dict[str, set[str]] = {}
+    known_avoid: dict[str, set[str]] = {}
     for skill in data.skills:
         for policy_id in skill.source_policy_ids:
             built_from[policy_id] = max(built_from.get(policy_id, 0), skill.updated_at)
+            known_prefer.setdefault(policy_id, set()).update(_key(line) for line in skill.preference)
+            known_avoid.setdefault(policy_id, set()).update(_key(line) for line in skill.anti_pattern)
     full: list[ExperienceSnippet] = []
     updates: list[ExperienceSnippet] = []
     for exp in data.experiences:
         if exp.ref_id not in built_from:
             full.append(exp)
         elif exp.updated_at > built_from[exp.ref_id]:
-            updates.append(exp)
+            prefer = [line for line in exp.preference if _key(line) not in known_prefer[exp.ref_id]]
+            avoid = [line for line in exp.anti_pattern if _key(line) not in known_avoid[exp.ref_id]]
+            if prefer or avoid or not (exp.preference or exp.anti_pattern):
+                updates.append(replace(exp, preference=prefer, anti_pattern=avoid))
     return full, updates
+
+
+def _key(line: str) -> str:
+    """Guidance lines compare without their label, case or spacing ("Avoid: X" is "x")."""
+    return " ".join(_unlabel(line).casefold().split())
 
 
 # ---------------------------------------------------------------- bodies

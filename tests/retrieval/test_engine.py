@@ -220,6 +220,7 @@ async def test_provenance_drops_experiences_a_recalled_skill_was_built_from(core
         trigger="13F infoTable parsing",
         procedure="pass the namespace to find()",
         avoid=["assuming shares are integers"],
+        prefer=["validate the XML namespace first", "read the value column as thousands of USD"],
         updated_at=3000,
     )
     await add_skill(
@@ -232,6 +233,9 @@ async def test_provenance_drops_experiences_a_recalled_skill_was_built_from(core
     block = (await start(core2, "parse the 13F infoTable XML")).injected_context
     assert "[update to a recalled skill]" in block and "Avoid: assuming shares are integers" in block
     assert "Do: pass the namespace to find()" not in block
+    update = block.split("[update to a recalled skill]")[1].split("\n\n")[0]
+    assert "Prefer: read the value column as thousands of USD" in update  # new guidance
+    assert "validate the XML namespace first" not in update  # the skill already carries it
 
 
 async def test_low_reliability_skills_and_archived_rows_are_not_recalled(core_factory: Any) -> None:
