@@ -8,13 +8,14 @@ background work), which is what `resolve_host` returns.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from memos_bridge.contract.dto import HostLlmCompleteResult
-from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.contract.errors import METHOD_NOT_FOUND, ErrorCode, MemosError
 from memos_bridge.contract.events import HOST_LLM_COMPLETE_METHOD
 from memos_bridge.llm.base import ChatMessage, Completion
 
@@ -24,14 +25,23 @@ class HostRequester(Protocol):
 
 
 class HostLLM:
+    """Completions from the connected host.
+
+    A host that connects without a `host.llm.complete` handler answers "method not found" (-32601): that
+    connection is remembered as offering no LLM, so every stage takes its deterministic path at once
+    instead of paying a round trip (and a failure) per call for the rest of the connection.
+    """
+
     name = "host"
 
     def __init__(self, resolve_host: Callable[[], HostRequester | None], default_timeout_ms: int) -> None:
         self._resolve_host = resolve_host
         self._default_timeout_ms = default_timeout_ms
+        self._without_llm: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def available(self) -> bool:
-        return self._resolve_host() is not None
+        host = self._resolve_host()
+        return host is not None and host not in self._without_llm
 
     async def complete(
         self,
@@ -60,6 +70,8 @@ class HostLLM:
         try:
             raw = await host.request(HOST_LLM_COMPLETE_METHOD, params, timeout=timeout_ms / 1000 + 5)
         except MemosError as exc:
+            if _method_not_found(exc):
+                self._without_llm.add(host)
             raise _as_llm_error(exc) from exc
         try:
             result = HostLlmCompleteResult.model_validate(raw)
@@ -80,6 +92,11 @@ _LLM_CODES = {
     ErrorCode.LLM_UNAVAILABLE,
     ErrorCode.LLM_OUTPUT_MALFORMED,
 }
+
+
+def _method_not_found(exc: MemosError) -> bool:
+    remote = exc.details.get("remote") if isinstance(exc.details, dict) else None
+    return isinstance(remote, dict) and remote.get("code") == METHOD_NOT_FOUND
 
 
 def _as_llm_error(exc: MemosError) -> MemosError:

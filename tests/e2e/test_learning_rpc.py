@@ -100,3 +100,15 @@ def test_a_new_task_cue_starts_a_new_episode_and_the_old_one_gets_scored_by_the_
         assert scored["status"] == "closed"
         assert scored["rTask"] == pytest.approx(0.45 * 0.8 + 0.30 * 0.6 + 0.25 * 0.4)
         assert any("grade" in a.lower() for a in asked)
+
+
+def test_a_host_without_an_llm_handler_is_asked_once(service: ServiceClient) -> None:
+    """No host.llm.complete handler: the first call learns it ("method not found"), later turns do not ask."""
+    session = service.call("session.open", {"agent": AGENT})["sessionId"]
+    first = _start(service, session, "Total the 13F holdings per issuer into answers.json", 1_000)["query"]["episodeId"]
+    _end(service, session, first, 2_000, agentText="Wrote answers.json.", toolCalls=TOOLS)
+    for i, text in enumerate(["Check the upstream health endpoint too", "Draft the quarterly budget for marketing"]):
+        _start(service, session, text, 3_000 + i)
+    health = service.call("core.health")
+    calls = sum(int(op.get("calls", 0)) for op in health["llmUsage"]["ops"].values())
+    assert calls == 1 and health["llm"]["available"] is False
