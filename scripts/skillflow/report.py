@@ -1,0 +1,211 @@
+"""The run's outputs: a JSON report, a printed table per family and (with matplotlib) a cumulative-success plot.
+
+The JSON report keeps everything needed to judge a run afterwards without the data home: per task the verdict
+with and without memory, the agent's steps and notes, what `turn.start` recalled (hit ids and kinds, the
+injected text, which lessons it carried) and what the service had learnt after the task's feedback; per family
+the success counts, the cumulative curves and the final experiences, skills and world models.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from skillflow.family import Family
+from skillflow.protocol import FamilyRun, Trial
+
+REPORT_VERSION = 1
+KIND_SHORT = {"skill": "skill", "experience": "exp", "trace": "trace", "episode": "task", "world-model": "world"}
+
+
+def cumulative(successes: Sequence[bool]) -> list[int]:
+    """Successes so far after each task."""
+    return list(itertools.accumulate(int(s) for s in successes))
+
+
+def trial_json(trial: Trial) -> dict[str, Any]:
+    check = trial.check
+    out: dict[str, Any] = {
+        "task": trial.task,
+        "title": trial.title,
+        "userText": trial.user_text,
+        "passed": check.passed,
+        "score": check.score,
+        "passedChecks": check.passed_checks,
+        "total": check.total,
+        "failing": list(check.failing),
+        "diagnosed": list(check.diagnosed),
+        "message": check.message,
+        "expected": check.expected,
+        "actual": check.actual,
+        "agent": {"reply": trial.agent.reply, "steps": trial.agent.steps, "notes": trial.agent.notes},
+    }
+    if trial.episode_id is not None:
+        out.update(
+            episodeId=trial.episode_id,
+            newEpisode=trial.new_episode,
+            traceIds=trial.trace_ids,
+            feedbackId=trial.feedback_id,
+            evidenceId=trial.evidence_id,
+            recall=trial.recall,
+            memoryAfter=trial.memory_after,
+        )
+    return out
+
+
+def _summary(run: FamilyRun | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    successes = run.successes
+    return {
+        "successes": sum(successes),
+        "total": len(successes),
+        "rate": round(sum(successes) / len(successes), 4) if successes else 0.0,
+        "perTask": successes,
+        "cumulative": cumulative(successes),
+    }
+
+
+def learnt(state: dict[str, Any] | None) -> dict[str, Any]:
+    """Counts of what the service built: typed experiences by type, L2 policies, skills, world models."""
+    state = state or {}
+    experiences = state.get("experiences") or []
+    return {
+        "experiences": len(experiences),
+        "experiencesByType": dict(Counter(str(e.get("experienceType")) for e in experiences)),
+        "l2Policies": len(state.get("policies") or []),
+        "skills": len(state.get("skills") or []),
+        "worldModels": len(state.get("worldModels") or []),
+        "llmCalls": int(state.get("llmCalls") or 0),
+    }
+
+
+def family_report(family: Family, with_memory: FamilyRun | None, without_memory: FamilyRun | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "family": family.name,
+        "title": family.title,
+        "tasks": [t.id for t in family.tasks],
+        "pitfalls": {p.id: p.title for p in family.pitfalls.values()},
+        "summary": {"withMemory": _summary(with_memory), "withoutMemory": _summary(without_memory)},
+    }
+    if with_memory is not None:
+        out["withMemory"] = {
+            "dataHome": with_memory.data_home,
+            "sessionId": with_memory.session_id,
+            "warnings": with_memory.warnings,
+            "learnt": learnt(with_memory.final_memory),
+            "finalMemory": with_memory.final_memory,
+            "trials": [trial_json(t) for t in with_memory.trials],
+        }
+    if without_memory is not None:
+        out["withoutMemory"] = {"trials": [trial_json(t) for t in without_memory.trials]}
+    return out
+
+
+def build_report(families: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    return {"version": REPORT_VERSION, **meta, "families": families}
+
+
+# ---------------------------------------------------------------- table
+
+
+def _verdict(trial: dict[str, Any] | None) -> str:
+    if trial is None:
+        return "-"
+    return f"{'PASS' if trial['passed'] else 'FAIL'} {trial['passedChecks']}/{trial['total']}"
+
+
+def _recalled(recall: dict[str, Any] | None) -> str:
+    if not recall:
+        return "-"
+    kinds = Counter(KIND_SHORT.get(str(h.get("refKind")), str(h.get("refKind"))) for h in recall.get("hits") or [])
+    return ", ".join(f"{n} {k}" for k, n in kinds.items()) or "nothing"
+
+
+def _state(memory: dict[str, Any] | None) -> str:
+    if not memory:
+        return "-"
+    return f"{len(memory['experiences'])}/{len(memory['skills'])}/{len(memory['worldModels'])}"
+
+
+def _rate(summary: dict[str, Any] | None) -> str:
+    if summary is None:
+        return "not run"
+    return f"{summary['successes']}/{summary['total']} ({summary['rate']:.0%})"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A plain-text table of one family's report."""
+    with_trials = {t["task"]: t for t in (report.get("withMemory") or {}).get("trials", [])}
+    without_trials = {t["task"]: t for t in (report.get("withoutMemory") or {}).get("trials", [])}
+    rows = [("#", "task", "without", "with", "recalled at turn.start", "lessons in recall", "exp/skill/world")]
+    for i, task in enumerate(report["tasks"], 1):
+        w = with_trials.get(task)
+        recall = w.get("recall") if w else None
+        lessons = (", ".join(recall.get("lessonsPresent") or []) or "-") if recall else "-"
+        rows.append(
+            (
+                str(i),
+                task,
+                _verdict(without_trials.get(task)),
+                _verdict(w),
+                _recalled(recall),
+                lessons,
+                _state(w.get("memoryAfter") if w else None),
+            )
+        )
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = [f"{report['family']} — {report['title']} ({len(report['tasks'])} tasks)"]
+    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    summary = report["summary"]
+    lines.append(
+        f"  success: without memory {_rate(summary['withoutMemory'])}, with memory {_rate(summary['withMemory'])}"
+    )
+    for label, key in (("without", "withoutMemory"), ("with", "withMemory")):
+        if summary[key] is not None:
+            lines.append(f"  cumulative {label} memory: {' '.join(map(str, summary[key]['cumulative']))}")
+    if "withMemory" in report:
+        info = report["withMemory"]["learnt"]
+        types = ", ".join(f"{t} ×{n}" for t, n in sorted(info["experiencesByType"].items())) or "none"
+        lines.append(
+            f"  learnt: {info['experiences']} typed experiences ({types}), {info['l2Policies']} L2 policies, "
+            f"{info['skills']} skills, {info['worldModels']} world models; LLM calls {info['llmCalls']}"
+        )
+        lines += [f"  warning: {w}" for w in report["withMemory"]["warnings"]]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- plot
+
+
+def plot(report: dict[str, Any], path: Path) -> str:
+    """The cumulative success curves as a PNG (one panel per family); a message saying what happened."""
+    try:
+        matplotlib: Any = importlib.import_module("matplotlib")
+    except ImportError:
+        return "matplotlib is not installed: no plot (pip install matplotlib to get one)"
+    matplotlib.use("Agg")
+    pyplot: Any = importlib.import_module("matplotlib.pyplot")
+    families = report["families"]
+    figure, axes = pyplot.subplots(1, len(families), figsize=(5 * len(families), 3.8), squeeze=False)
+    for axis, family in zip(axes[0], families, strict=True):
+        tasks = list(range(1, len(family["tasks"]) + 1))
+        for key, label, style in (("withMemory", "with memory", "o-"), ("withoutMemory", "without memory", "s--")):
+            summary = family["summary"][key]
+            if summary is not None:
+                axis.plot(tasks, summary["cumulative"], style, label=f"{label} ({summary['successes']}/{len(tasks)})")
+        axis.set_title(family["title"])
+        axis.set_xlabel("task")
+        axis.set_ylabel("cumulative successes")
+        axis.set_xticks(tasks)
+        axis.set_ylim(0, len(tasks))
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+    return f"plot: {path}"
