@@ -11,8 +11,7 @@ feedback and `memory.flush`, and every recall is the next `turn.start`'s own ans
 5. after two experiences of the family, a world model.
 
 Plus: with memory the simulated agent succeeds more often than without (deterministic), each task is its own
-episode with its own feedback, and no LLM is called. Criteria the service does not meet yet stay asserted as
-strict xfails naming the cause, so they turn red the day they start to pass.
+episode with its own feedback, and no LLM is called.
 """
 
 from __future__ import annotations
@@ -37,20 +36,6 @@ FAMILIES = ["sec13f", "sales_csv"]
 FAILURE_TYPES = {"failure_avoidance", "repair_instruction"}
 ANCHOR_TYPES = {"success_pattern", "repair_validated"}
 DOMAIN = {"sec13f": "sec13f", "sales_csv": "sales_csv"}
-
-LESSON_BURIED = (
-    "service: top-securities' tie-break lesson is merged into the security-values experience as antiPattern line 6 "
-    "of 7 (experiences._absorb -> merge_lines appends; memory.list_policies shows it), but turn.start shows at most "
-    "5 Avoid lines under Decision guidance (render._guidance: avoid[:5]) and clips the experience entry at 640 "
-    "chars, so the injectedContext of share-totals and quarter-change does not contain it"
-)
-AVOID_DROPPED = (
-    "service: verifier feedback with expected/actual makes a repair_instruction, which joins a skill family with "
-    "role 'check' (skill_family.role_of); avoid_lines() reads only anchors' and failure_avoidance members' "
-    "antiPattern and check_lines() only procedure + verification, so the repair's 'Do not …' lines reach neither "
-    "section: skill.get after the first success shows decisionGuidance.antiPattern == [] and no '## Avoid' "
-    "(they appear only after a later success validates the repair, sales_csv task 5; never for sec13f)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +82,7 @@ def test_the_next_task_recalls_the_first_lesson(reports: dict[str, dict[str, Any
     assert not set(first["diagnosed"]) & set(second["diagnosed"])
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param("sec13f", marks=pytest.mark.xfail(strict=True, reason=LESSON_BURIED)), "sales_csv"]
-)
+@pytest.mark.parametrize("name", FAMILIES)
 def test_every_failure_lesson_reaches_the_next_task(reports: dict[str, dict[str, Any]], name: str) -> None:
     trials = _trials(reports, name)
     for failed, following in itertools.pairwise(trials):
@@ -132,7 +115,6 @@ def test_the_first_success_crystallises_a_skill(reports: dict[str, dict[str, Any
     assert anchors & set(skill["evidenceAnchors"])
 
 
-@pytest.mark.xfail(strict=True, reason=AVOID_DROPPED)
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_first_skill_carries_the_failures_avoidance(reports: dict[str, dict[str, Any]], name: str) -> None:
     trials = _trials(reports, name)

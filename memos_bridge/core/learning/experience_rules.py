@@ -157,6 +157,14 @@ _COMPLAINT: Final = re.compile(
     re.IGNORECASE,
 )
 _RETRY: Final = re.compile(r"\b(?:try\s+again|retry|redo|again)\b|再试试?|重试|重新", re.IGNORECASE)
+#: A sentence that opens with a bare imperative ("Convert every order line to USD", "Read dates day-first")
+#: is an instruction even without a cue word: verifier and user feedback is often written that way.
+_IMPERATIVE: Final = re.compile(
+    r"^\s*(?:please\s+)?(?:use|convert|read|sort|order|break|include|exclude|drop|skip|divide|multiply|report|"
+    r"write|keep|set|add|remove|check|parse|treat|count|round|format|pass|rename|return|group|filter|sum|"
+    r"compute|calculate|normali[sz]e|strip|escape|quote|encode|decode|load|save|call|run|list|rank)\b",
+    re.IGNORECASE,
+)
 _TEXT_MISMATCH: Final = re.compile(
     r"\bexpected\b\s*:?\s*(?P<e>[^;\n]+?)\s*[,;]?\s*\b(?:but|got|actual(?:ly)?|instead)\b\s*:?\s*(?P<a>[^;\n]+)|"
     r"期望(?:是|为)?\s*(?P<ze>[^，,；;。]+)[，,；;]?\s*(?:但|实际|却)(?:是|为|上)?\s*(?P<za>[^。；;\n]+)|"
@@ -256,7 +264,7 @@ def classify(text: str) -> Classification:
             cues.add("avoidance")
             if specific >= 1:
                 avoid.append(sentence)
-        elif _CORRECT.search(sentence) or _INSTRUCT.search(sentence):
+        elif _CORRECT.search(sentence) or _INSTRUCT.search(sentence) or _IMPERATIVE.search(sentence):
             cues.add("correction" if _CORRECT.search(sentence) else "instruction")
             if specific >= 1:
                 fix.append(sentence)
@@ -551,7 +559,7 @@ def draft_experience(feedback: FeedbackFacts, episode: EpisodeFacts, assessment:
         preference: list[str] = []
         anti = avoid_lines
     elif kind == "repair_instruction":
-        fixes = _unique([*v_fix, *c.fix, *(c.prefer)])[:MAX_LINES]
+        fixes = _unique([*c.fix, *c.prefer, *v_fix])[:MAX_LINES]  # the feedback's own words before the diff
         procedure = _numbered([*fixes, _CLOSING_CHECK[verifier is not None]])
         title = titled(kind, fixes[0] if fixes else c.avoid[0] if c.avoid else episode.task, tags)
         preference, anti = [], avoid_lines
@@ -716,14 +724,18 @@ def merged_polarity(a: str, b: str) -> EvidencePolarity:
 def merge_lines(
     existing: Iterable[Any], new: Iterable[str], exclude: Iterable[str] = (), cap: int = GUIDANCE_CAP
 ) -> list[str]:
-    """`existing` plus the `new` lines not already said (there or in `exclude`), newest kept under `cap`."""
+    """The `new` lines not already said (there or in `exclude`) first, then `existing`, at most `cap`.
+
+    Newest first: recall shows only the first few guidance lines of an experience, and the latest lesson is
+    the one the agent has not applied yet; when over `cap`, the oldest lines go."""
     kept = [str(line) for line in existing if isinstance(line, str) and line.strip()]
     taken = [*kept, *exclude]
+    fresh: list[str] = []
     for line in new:
         if line.strip() and not any(same_line(line, old) for old in taken):
-            kept.append(line)
+            fresh.append(line)
             taken.append(line)
-    return kept[-cap:]
+    return [*fresh, *kept][:cap]
 
 
 _THOUSANDS_SEPARATOR: Final = re.compile(r"(?<=\d),(?=\d{3})")

@@ -280,11 +280,14 @@ def dedupe_lines(lines: Iterable[str], cap: int) -> list[str]:
 
 def avoid_lines(family: Family) -> list[str]:
     """The skill's Avoid section: the anchors' own anti-patterns, then each failure avoidance of the family
-    (its anti-pattern lines, else its procedure, else its title)."""
+    (its anti-pattern lines, else its procedure, else its title), then the anti-patterns of its repair
+    instructions — a verifier's "do not multiply by 1000" is a pitfall whichever type carried it."""
     lines: list[str] = [line for anchor in family.anchors for line in anchor.anti_pattern]
     for exp in family.avoid:
         own = [*exp.anti_pattern, *split_lines(exp.procedure)]
         lines.extend(own or [exp.title])
+    for exp in family.check:
+        lines.extend(exp.anti_pattern)
     return dedupe_lines(lines, MAX_AVOID)
 
 

@@ -265,9 +265,11 @@ def test_merge_rules_keep_types_coherent() -> None:
     assert rules.merged_polarity("positive", "negative") == "mixed"
     assert rules.merged_polarity("negative", "negative") == "negative"
     assert rules.merge_lines(["Do not reuse the schema."], ["do not reuse the schema", "Sort by CUSIP."]) == [
+        "Sort by CUSIP.",  # the newest lesson first: recall shows the first lines of an experience
         "Do not reuse the schema.",
-        "Sort by CUSIP.",
     ]
+    assert rules.merge_lines([f"old {i}" for i in range(8)], ["new one"], cap=8)[-1] == "old 6"  # oldest goes
+    assert rules.classify("Convert every order line to USD with fx_rates.csv before summing.").fix
 
 
 def test_repair_adherence_reads_the_fix_not_the_task() -> None:
