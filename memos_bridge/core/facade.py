@@ -28,7 +28,8 @@ from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
 from memos_bridge.core.namespace import read_filter
-from memos_bridge.core.sessions import SessionService
+from memos_bridge.core.relation import extract_correction
+from memos_bridge.core.sessions import SessionService, owner_of
 from memos_bridge.core.strength import StrengthService
 from memos_bridge.core.turns import TurnService
 from memos_bridge.core.vector_store import VectorStore
@@ -40,6 +41,7 @@ from memos_bridge.llm.factory import build_llm_facade
 from memos_bridge.retrieval.engine import Retriever
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.models import EpisodeRow
 from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
@@ -208,7 +210,23 @@ class MemoryCore:
     # ------------------------------------------------------------ learning
 
     async def submit_feedback(self, params: dto.FeedbackSubmitParams) -> dto.FeedbackDTO:
-        return await self.learning.submit_feedback(params)
+        stored = await self.learning.submit_feedback(params)
+        await self._repair_from_feedback(stored)
+        return stored
+
+    async def _repair_from_feedback(self, feedback: dto.FeedbackDTO) -> None:
+        """Negative feedback that says what to do instead ("wrong: use X instead", "不对，应该…") is also a
+        correction: it becomes a decision repair, injected into the session's next turns."""
+        text = feedback.rationale or ""
+        if self.settings.lightweight or feedback.polarity != "negative" or not feedback.episode_id or not text:
+            return
+        instruction = extract_correction(text, after_rejection=True)
+        if instruction is None:
+            return
+        episode = await self.db.read(lambda db: db.get(EpisodeRow, feedback.episode_id))
+        if episode is None:
+            return
+        await self.repair.from_correction(episode.session_id, episode.id, owner_of(episode), instruction, text)
 
     async def tool_outcome(self, params: dto.ToolOutcomeParams) -> dto.ToolOutcomeResult:
         return await self.repair.record_tool_outcome(params)

@@ -77,3 +77,25 @@ async def test_a_user_correction_becomes_guidance_in_the_same_turn(core_factory:
     # chitchat gets no memories at all, repairs included
     chat = await start(core, "se_c", "thanks!", 4_000)
     assert chat.injected_context == ""
+
+
+async def test_a_correction_in_feedback_becomes_guidance_for_the_next_turn(core_factory: Any) -> None:
+    core = await core_factory()
+    first = await start(core, "se_f", "Load sales.csv and plot monthly revenue", 1_000)
+    episode = first.query.episode_id
+    assert episode is not None
+    await end(core, "se_f", episode, 2_000, agentText="Plotted it with pandas.")
+    await core.submit_feedback(
+        dto.FeedbackSubmitParams.model_validate(
+            {
+                "episodeId": episode,
+                "polarity": "negative",
+                "magnitude": 0.8,
+                "rationale": "Wrong: use polars instead of pandas for these files.",
+            }
+        )
+    )
+    nxt = await start(core, "se_f", "ok, redo the chart", 3_000)
+    assert "Prefer: use polars instead of pandas" in nxt.injected_context
+    # positive feedback, or negative feedback without an instruction, makes no repair
+    assert len(await core.repair.active_guidance("se_f", core.repair.ctx.clock())) == 1
