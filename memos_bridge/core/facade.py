@@ -215,10 +215,13 @@ class MemoryCore:
         return stored
 
     async def _repair_from_feedback(self, feedback: dto.FeedbackDTO) -> None:
-        """Negative feedback that says what to do instead ("wrong: use X instead", "不对，应该…") is also a
-        correction: it becomes a decision repair, injected into the session's next turns."""
+        """A user's negative feedback that says what to do instead ("wrong: use X instead", "不对，应该…") is
+        also a correction: it becomes a decision repair, injected into the session's next turns. A verifier's
+        verdict (`raw.verifier`) is structured evidence for the experience builder, not a chat correction."""
         text = feedback.rationale or ""
         if self.settings.lightweight or feedback.polarity != "negative" or not feedback.episode_id or not text:
+            return
+        if isinstance(feedback.raw, dict) and "verifier" in feedback.raw:
             return
         instruction = extract_correction(text, after_rejection=True)
         if instruction is None:

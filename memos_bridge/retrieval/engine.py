@@ -180,7 +180,7 @@ def plan_for(reason: str, settings: RetrievalSettings, top_k: dto.TopKDTO | None
         "turn_start": (1, 2, 3),
         "tool_driven": (1, 2, 3),
         "skill_invoke": (1, 2),
-        "decision_repair": (1, 2),
+        "decision_repair": (1, 2, 3),  # a repair adds guidance; the environment knowledge still applies
     }.get(reason, (1, 2, 3))
     caps = {tier: defaults[tier] for tier in tiers}
     if reason == "skill_invoke":
