@@ -1,4 +1,4 @@
-"""Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`.
+"""Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`, `llm serve`.
 
 Imports stay light at module level: `serve` must claim stdout for the protocol before anything that may
 print (onnxruntime, loguru) is imported.
@@ -41,6 +41,17 @@ def _build_parser() -> argparse.ArgumentParser:
     group.add_argument("--write", action="store_true")
     group.add_argument("--check", action="store_true")
     contract.add_argument("--dir", default="contracts", help="contract folder (default: ./contracts)")
+
+    from memos_bridge.llm.local import MODELS  # stdlib-only module: cheap to import here
+
+    llm = sub.add_parser("llm", help="local LLM tools (needs the local-llm extra)")
+    llm_sub = llm.add_subparsers(dest="llm_command", required=True)
+    llm_serve = llm_sub.add_parser("serve", help="serve a PyPI-shipped model as an OpenAI-compatible API on 127.0.0.1")
+    llm_serve.add_argument("--model", required=True, choices=sorted(MODELS))
+    llm_serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    llm_serve.add_argument("--threads", type=int, default=2)
+    llm_serve.add_argument("--ctx", type=int, default=4096, help="context window in tokens")
+    llm_serve.add_argument("--home", help="data home; the verified model is cached in <home>/models/llm/")
     return parser
 
 
@@ -123,6 +134,20 @@ def _cmd_contract(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_llm(args: argparse.Namespace) -> int:
+    import os
+
+    from memos_bridge.config import default_home
+    from memos_bridge.llm.local import LocalModelError, serve_forever
+
+    home = Path(args.home).expanduser() if args.home else default_home(os.environ)
+    try:
+        return serve_forever(args.model, home, port=args.port, threads=args.threads, n_ctx=args.ctx)
+    except LocalModelError as exc:
+        print(f"memos-bridge: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.version:
@@ -133,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # bare `memos-bridge` serves on stdio, as hosts spawn it
         args = _build_parser().parse_args(["serve"])
     command = args.command
-    handlers = {"serve": _cmd_serve, "doctor": _cmd_doctor, "demo": _cmd_demo, "contract": _cmd_contract}
+    handlers = {
+        "serve": _cmd_serve,
+        "doctor": _cmd_doctor,
+        "demo": _cmd_demo,
+        "contract": _cmd_contract,
+        "llm": _cmd_llm,
+    }
     return handlers[command](args)
 
 
