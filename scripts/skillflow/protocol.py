@@ -58,6 +58,7 @@ class Trial:
     new_episode: bool | None = None
     recall: dict[str, Any] | None = None
     memory_after: dict[str, Any] | None = None
+    wall_ms: int | None = None  # turn.start (with memory) through verification and feedback
 
 
 @dataclass
@@ -126,8 +127,11 @@ def run_without_memory(family: Family, agent: Agent, work_dir: Path, options: Ru
     for index, task in enumerate(family.tasks):
         text = user_text(task, index, options)
         workspace = work_dir / "without-memory" / f"{index + 1:02d}-{task.id}"
+        began = time.monotonic()
         result = _attempt(family, task, text, "", agent, workspace)
-        run.trials.append(Trial(task.id, task.title, text, _verify(family, task, workspace), result))
+        trial = Trial(task.id, task.title, text, _verify(family, task, workspace), result)
+        trial.wall_ms = int((time.monotonic() - began) * 1000)
+        run.trials.append(trial)
     return run
 
 
@@ -213,6 +217,7 @@ def run_with_memory(family: Family, agent: Agent, work_dir: Path, options: RunOp
         previous: str | None = None
         for index, task in enumerate(family.tasks):
             text = user_text(task, index, options)
+            began = time.monotonic()
             started = session.start(text)
             episode_id = str(started["query"]["episodeId"])
             recall = recall_record(started, family)
@@ -233,6 +238,7 @@ def run_with_memory(family: Family, agent: Agent, work_dir: Path, options: RunOp
             if not trial.new_episode:
                 run.warnings.append(f"{task.id}: routed into the previous task's episode {episode_id}")
             session.feedback(trial, task)
+            trial.wall_ms = int((time.monotonic() - began) * 1000)
             trial.memory_after = memory_state(client, session.timeout)
             run.trials.append(trial)
             previous = episode_id

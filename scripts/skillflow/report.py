@@ -27,6 +27,23 @@ def cumulative(successes: Sequence[bool]) -> list[int]:
     return list(itertools.accumulate(int(s) for s in successes))
 
 
+AGENT_USAGE_KEYS = ("llmCalls", "promptTokens", "completionTokens", "durationMs")
+
+
+def agent_usage(notes: dict[str, Any]) -> dict[str, int] | None:
+    """The agent's own LLM calls, tokens and time from its notes (None for agents that call no LLM)."""
+    if "llmCalls" not in notes:
+        return None
+    return {k: int(notes.get(k) or 0) for k in AGENT_USAGE_KEYS}
+
+
+def _sum_usage(items: Sequence[dict[str, int] | None]) -> dict[str, int] | None:
+    present = [u for u in items if u is not None]
+    if not present:
+        return None
+    return {k: sum(u.get(k, 0) for u in present) for k in AGENT_USAGE_KEYS}
+
+
 def trial_json(trial: Trial) -> dict[str, Any]:
     check = trial.check
     out: dict[str, Any] = {
@@ -43,6 +60,8 @@ def trial_json(trial: Trial) -> dict[str, Any]:
         "expected": check.expected,
         "actual": check.actual,
         "agent": {"reply": trial.agent.reply, "steps": trial.agent.steps, "notes": trial.agent.notes},
+        "agentUsage": agent_usage(trial.agent.notes),
+        "wallMs": trial.wall_ms,
     }
     if trial.episode_id is not None:
         out.update(
@@ -67,6 +86,8 @@ def _summary(run: FamilyRun | None) -> dict[str, Any] | None:
         "rate": round(sum(successes) / len(successes), 4) if successes else 0.0,
         "perTask": successes,
         "cumulative": cumulative(successes),
+        "agentUsage": _sum_usage([agent_usage(t.agent.notes) for t in run.trials]),
+        "wallMs": sum(t.wall_ms or 0 for t in run.trials),
     }
 
 
@@ -81,6 +102,8 @@ def learnt(state: dict[str, Any] | None) -> dict[str, Any]:
         "skills": len(state.get("skills") or []),
         "worldModels": len(state.get("worldModels") or []),
         "llmCalls": int(state.get("llmCalls") or 0),
+        "llmTokensIn": int(state.get("llmTokensIn") or 0),
+        "llmTokensOut": int(state.get("llmTokensOut") or 0),
     }
 
 
@@ -138,26 +161,58 @@ def _rate(summary: dict[str, Any] | None) -> str:
     return f"{summary['successes']}/{summary['total']} ({summary['rate']:.0%})"
 
 
+def _usage_cell(trial: dict[str, Any] | None) -> str:
+    """calls/prompt tokens/completion tokens of the agent's LLM, or "-"."""
+    usage = (trial or {}).get("agentUsage")
+    if not usage:
+        return "-"
+    return f"{usage['llmCalls']}/{usage['promptTokens']}/{usage['completionTokens']}"
+
+
+def _seconds(trial: dict[str, Any] | None) -> str:
+    wall = (trial or {}).get("wallMs")
+    return "-" if wall is None else f"{wall / 1000:.1f}"
+
+
+def _service_delta(trial: dict[str, Any] | None, before: dict[str, Any] | None) -> str:
+    """The service's LLM calls/tokens in/out spent during this task (from the snapshots around it)."""
+    after = (trial or {}).get("memoryAfter")
+    if not after:
+        return "-"
+    prior = before or {}
+    keys = ("llmCalls", "llmTokensIn", "llmTokensOut")
+    return "/".join(str(int(after.get(k) or 0) - int(prior.get(k) or 0)) for k in keys)
+
+
 def format_table(report: dict[str, Any]) -> str:
     """A plain-text table of one family's report."""
     with_trials = {t["task"]: t for t in (report.get("withMemory") or {}).get("trials", [])}
     without_trials = {t["task"]: t for t in (report.get("withoutMemory") or {}).get("trials", [])}
-    rows = [("#", "task", "without", "with", "recalled at turn.start", "lessons in recall", "exp/skill/world")]
+    has_agent_llm = any(t.get("agentUsage") for t in [*with_trials.values(), *without_trials.values()])
+    rows: list[tuple[str, ...]] = [
+        ("#", "task", "without", "with", "recalled at turn.start", "lessons in recall", "exp/skill/world")
+    ]
+    if has_agent_llm:
+        rows[0] += ("agent LLM w/o", "agent LLM with", "service LLM", "s w/o", "s with")
+    before: dict[str, Any] | None = None
     for i, task in enumerate(report["tasks"], 1):
         w = with_trials.get(task)
+        wo = without_trials.get(task)
         recall = w.get("recall") if w else None
         lessons = (", ".join(recall.get("lessonsPresent") or []) or "-") if recall else "-"
-        rows.append(
-            (
-                str(i),
-                task,
-                _verdict(without_trials.get(task)),
-                _verdict(w),
-                _recalled(recall),
-                lessons,
-                _state(w.get("memoryAfter") if w else None),
-            )
+        row: tuple[str, ...] = (
+            str(i),
+            task,
+            _verdict(wo),
+            _verdict(w),
+            _recalled(recall),
+            lessons,
+            _state(w.get("memoryAfter") if w else None),
         )
+        if has_agent_llm:
+            row += (_usage_cell(wo), _usage_cell(w), _service_delta(w, before), _seconds(wo), _seconds(w))
+        rows.append(row)
+        before = (w or {}).get("memoryAfter") or before
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = [f"{report['family']} — {report['title']} ({len(report['tasks'])} tasks)"]
     lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
@@ -174,8 +229,20 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"  learnt: {info['experiences']} typed experiences ({types}), {info['l2Policies']} L2 policies, "
             f"{info['skills']} skills, {info['worldModels']} world models; LLM calls {info['llmCalls']}"
+            + (f" ({info['llmTokensIn']} tokens in, {info['llmTokensOut']} out)" if info["llmCalls"] else "")
         )
         lines += [f"  warning: {w}" for w in report["withMemory"]["warnings"]]
+    if has_agent_llm:
+        lines.append("  agent LLM and service LLM columns: calls/prompt tokens/completion tokens; s: wall seconds")
+        for label, key in (("without", "withoutMemory"), ("with", "withMemory")):
+            part = summary[key]
+            if part is not None and part.get("agentUsage"):
+                u = part["agentUsage"]
+                lines.append(
+                    f"  agent LLM {label} memory: {u['llmCalls']} calls, {u['promptTokens']} prompt + "
+                    f"{u['completionTokens']} completion tokens, {u['durationMs'] / 1000:.1f} s in calls; "
+                    f"wall {part['wallMs'] / 1000:.1f} s"
+                )
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from skillflow.agents import Agent, CommandAgent, SimulatedAgent
 from skillflow.family import FamilyError, load_family, shipped_families
+from skillflow.llm_agent import LLMAgent, LLMSettings
 from skillflow.protocol import ProtocolError, run_with_memory, run_without_memory
 from skillflow.report import build_report, family_report, format_table, plot
 from skillflow.service import RunOptions, service_env
@@ -49,6 +50,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "same values in SKILLFLOW_* environment variables (default: the built-in simulated agent)",
     )
     parser.add_argument("--agent-timeout", type=float, default=600.0, help="seconds per task for --agent-cmd")
+    parser.add_argument(
+        "--agent",
+        choices=("simulated", "llm"),
+        default="simulated",
+        help="built-in agent when no --agent-cmd: the simulated one, or an LLM behind --llm-url",
+    )
+    parser.add_argument("--llm-url", help="OpenAI-compatible base URL for --agent llm, e.g. http://127.0.0.1:8123/v1")
+    parser.add_argument("--llm-model", default="local", help="model name sent to the endpoint (--agent llm)")
+    parser.add_argument("--llm-max-tokens", type=int, default=900, help="completion bound per task (--agent llm)")
+    parser.add_argument("--llm-seed", type=int, default=7, help="sampling seed; decoding is greedy (--agent llm)")
+    parser.add_argument("--llm-timeout", type=float, default=300.0, help="seconds per model call (--agent llm)")
+    parser.add_argument(
+        "--llm-max-prompt-chars", type=int, default=12_000, help="prompt size bound in characters (--agent llm)"
+    )
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     parser.add_argument("--plot", type=Path, help="PNG of the cumulative success curves (default: next to --out)")
     parser.add_argument("--work-dir", type=Path, help="workspaces and data homes (default: a new temp folder)")
@@ -82,8 +97,22 @@ def _env_pairs(items: Sequence[str]) -> dict[str, str]:
 
 
 def make_agent(args: argparse.Namespace) -> Agent:
+    """The agent the arguments ask for: an external command, the LLM agent or the simulated one."""
     if args.agent_cmd:
         return CommandAgent(args.agent_cmd, timeout_s=args.agent_timeout)
+    if args.agent == "llm":
+        if not args.llm_url:
+            raise SystemExit("--agent llm needs --llm-url (an OpenAI-compatible base URL ending in /v1)")
+        return LLMAgent(
+            LLMSettings(
+                base_url=args.llm_url,
+                model=args.llm_model,
+                max_tokens=args.llm_max_tokens,
+                seed=args.llm_seed,
+                timeout_s=args.llm_timeout,
+                max_prompt_chars=args.llm_max_prompt_chars,
+            )
+        )
     return SimulatedAgent()
 
 
@@ -130,13 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         llm=args.llm,
         service_env=_env_pairs(args.service_env),
     )
+    agent = make_agent(args)
     try:
-        report = run(
-            args.family or shipped_families(), make_agent(args), work_dir, options, mode=args.mode, echo=not args.quiet
-        )
+        report = run(args.family or shipped_families(), agent, work_dir, options, mode=args.mode, echo=not args.quiet)
     except (FamilyError, ProtocolError) as exc:
         print(f"skillflow: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if isinstance(agent, LLMAgent):
+            agent.close()
     print(f"work dir: {work_dir}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -79,9 +79,16 @@ def spawned_service(home: Path, options: RunOptions, log: IO[bytes]) -> Iterator
         client.close()
 
 
-def _llm_calls(client: ServiceClient, timeout: float) -> int:
+def _llm_usage(client: ServiceClient, timeout: float) -> dict[str, int]:
+    """The service's own LLM work so far (`core.health` → `llmUsage`), summed over its operations."""
     usage = client.call("core.health", {}, timeout=timeout).get("llmUsage") or {}
-    return sum(int(stats.get("calls", 0)) for stats in (usage.get("ops") or {}).values())
+    ops = (usage.get("ops") or {}).values()
+    return {
+        "llmCalls": sum(int(stats.get("calls", 0)) for stats in ops),
+        "llmTokensIn": sum(int(stats.get("tokens_in", 0)) for stats in ops),
+        "llmTokensOut": sum(int(stats.get("tokens_out", 0)) for stats in ops),
+        "llmMalformed": sum(int(stats.get("malformed", 0)) for stats in ops),
+    }
 
 
 def guide_section(guide: str, title: str) -> list[str]:
@@ -131,7 +138,7 @@ def memory_state(client: ServiceClient, timeout: float, *, full: bool = False) -
         "worldModels": [
             {k: w.get(k) for k in ("id", "title", "status", "policyIds", "domainTags", "version")} for w in worlds
         ],
-        "llmCalls": _llm_calls(client, timeout),
+        **_llm_usage(client, timeout),
     }
     if full:
         state["policiesFull"] = policies
