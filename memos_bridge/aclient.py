@@ -46,10 +46,13 @@ from memos_bridge.client import (
     RECONNECT_ATTEMPTS,
     RECONNECT_BACKOFF_S,
     CallTimeout,
-    HandlerError,
     RpcError,
     TransportClosed,
+    encode_reply,
+    failure_reply,
+    result_reply,
     spawn_command,
+    unhandled_reply,
 )
 from memos_bridge.client_methods import RpcMethods
 from memos_bridge.transport.framing import LineReader, Oversized
@@ -522,9 +525,8 @@ class AsyncServiceClient(RpcMethods[Awaitable[dict[str, Any]], Awaitable[dict[st
 
     async def _serve_request(self, message: dict[str, Any]) -> None:
         handler = self._handlers.get(message["method"])
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
         if handler is None:
-            reply["error"] = {"code": -32601, "message": f"no handler for {message['method']}"}
+            reply = unhandled_reply(message)
         else:
             try:
                 params = message.get("params")
@@ -534,22 +536,12 @@ class AsyncServiceClient(RpcMethods[Awaitable[dict[str, Any]], Awaitable[dict[st
                     result = await anyio.to_thread.run_sync(handler, params, abandon_on_cancel=True)
                     if inspect.isawaitable(result):
                         result = await result
-                reply["result"] = result
-            except HandlerError as exc:
-                reply["error"] = {
-                    "code": -32000,
-                    "message": exc.message,
-                    "data": {"name": "MemosError", "code": exc.code, "message": exc.message},
-                }
+                reply = result_reply(message, result)
             except Exception as exc:
-                reply["error"] = {"code": -32000, "message": str(exc)}
+                reply = failure_reply(message, exc)
         link = self._link
         if link is None:
             return
-        try:
-            data = json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n"
-        except (TypeError, ValueError):
-            error = {"code": -32603, "message": "unserialisable result"}
-            data = json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode("utf-8") + b"\n"
+        data = encode_reply(message, reply)
         with contextlib.suppress(TransportClosed):
             await self._write(link, data)

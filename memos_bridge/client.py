@@ -94,6 +94,41 @@ class CallTimeout(TimeoutError):
         self.timeout = timeout
 
 
+def unhandled_reply(message: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a server request nobody registered a handler for (the service then stops asking)."""
+    return {
+        "jsonrpc": "2.0",
+        "id": message["id"],
+        "error": {"code": -32601, "message": f"no handler for {message['method']}"},
+    }
+
+
+def result_reply(message: dict[str, Any], result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": message["id"], "result": result}
+
+
+def failure_reply(message: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """A handler's failure as JSON-RPC: a `HandlerError` keeps its stable code in `error.data`."""
+    if isinstance(exc, HandlerError):
+        error: dict[str, Any] = {
+            "code": -32000,
+            "message": exc.message,
+            "data": {"name": "MemosError", "code": exc.code, "message": exc.message},
+        }
+    else:
+        error = {"code": -32000, "message": str(exc)}
+    return {"jsonrpc": "2.0", "id": message["id"], "error": error}
+
+
+def encode_reply(message: dict[str, Any], reply: dict[str, Any]) -> bytes:
+    """One NDJSON line; a result that cannot be serialised becomes an internal error, not a lost answer."""
+    try:
+        return json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n"
+    except (TypeError, ValueError):
+        error = {"code": -32603, "message": "unserialisable result"}
+        return json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode("utf-8") + b"\n"
+
+
 class HandlerError(Exception):
     """Raised by a server→client request handler to answer with a specific `error.data.code`."""
 
@@ -595,35 +630,16 @@ class ServiceClient(RpcMethods[dict[str, Any], dict[str, Any] | None]):
 
     def _serve_request(self, message: dict[str, Any]) -> None:
         handler = self._handlers.get(message["method"])
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
         if handler is None:
-            reply["error"] = {"code": -32601, "message": f"no handler for {message['method']}"}
+            reply = unhandled_reply(message)
         else:
             try:
-                reply["result"] = handler(message.get("params"))
-            except HandlerError as exc:
-                reply["error"] = {
-                    "code": -32000,
-                    "message": exc.message,
-                    "data": {"name": "MemosError", "code": exc.code, "message": exc.message},
-                }
+                reply = result_reply(message, handler(message.get("params")))
             except Exception as exc:
-                reply["error"] = {"code": -32000, "message": str(exc)}
+                reply = failure_reply(message, exc)
         link = self._link
         if link is None:
             return
-        try:
-            data = json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n"
-        except (TypeError, ValueError):
-            data = (
-                json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": message["id"],
-                        "error": {"code": -32603, "message": "unserialisable result"},
-                    }
-                ).encode("utf-8")
-                + b"\n"
-            )
+        data = encode_reply(message, reply)
         with contextlib.suppress(TransportClosed):
             self._write(link, data)

@@ -16,6 +16,7 @@ only when a contract method has no wrapper (or a wrapper cannot name a required 
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -49,14 +50,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class RpcMethods(Generic[R, RN]):
+class RpcMethods(ABC, Generic[R, RN]):
     """One typed method per RPC. Subclasses implement `_invoke` / `_invoke_nullable` (send and wait)."""
 
-    def _invoke(self, method: str, params: dict[str, Any], timeout: float | None) -> R:
-        raise NotImplementedError
+    @abstractmethod
+    def _invoke(self, method: str, params: dict[str, Any], timeout: float | None) -> R: ...
 
-    def _invoke_nullable(self, method: str, params: dict[str, Any], timeout: float | None) -> RN:
-        raise NotImplementedError
+    @abstractmethod
+    def _invoke_nullable(self, method: str, params: dict[str, Any], timeout: float | None) -> RN: ...
 
     # ------------------------------------------------------------------ transport / core
 
