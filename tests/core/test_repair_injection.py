@@ -9,6 +9,7 @@ import pytest
 
 from memos_bridge.contract import dto
 from memos_bridge.core.facade import MemoryCore
+from memos_bridge.storage.owner import OwnerFilter
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +100,24 @@ async def test_a_correction_in_feedback_becomes_guidance_for_the_next_turn(core_
     assert "Prefer: use polars instead of pandas" in nxt.injected_context
     # positive feedback, or negative feedback without an instruction, makes no repair
     assert len(await core.repair.active_guidance("se_f", core.repair.ctx.clock())) == 1
+
+
+async def test_sessions_without_fresh_repairs_cost_no_read_after_the_first(core_factory: Any) -> None:
+    core = await core_factory()
+    reads = 0
+    read = core.repair.ctx.db.read
+
+    async def counting(fn: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(fn, **kwargs)
+
+    core.repair.ctx.db.read = counting  # type: ignore[method-assign]
+    now = core.repair.ctx.clock()
+    assert await core.repair.active_guidance("se_quiet", now) == []
+    assert await core.repair.active_guidance("se_quiet", now + 1) == []
+    assert reads == 1
+    owner = OwnerFilter("t", "default", None)
+    made = await core.repair.from_correction("se_quiet", None, owner, "use polars", "不对，应该用 polars")
+    assert made is not None
+    assert [r.id for r in await core.repair.active_guidance("se_quiet", made.ts)] == [made.id]  # a new one is seen

@@ -85,6 +85,7 @@ HISTORY_TRACE_LIMIT: Final = 200
 LAST_TURN_TRACE_LIMIT: Final = 20
 #: Repairs `active_guidance` returns at most (newest first).
 MAX_ACTIVE_GUIDANCE: Final = 5
+SESSION_CACHE_LIMIT: Final = 10_000
 _NONE: Final = "(none)"
 
 _TRACE_COLUMNS = (
@@ -319,6 +320,10 @@ class RepairService:
         self.settings = ctx.settings.learning.repair
         self.windows = OutcomeWindows(self.settings.failure_window)
         self._in_flight: set[tuple[str, str]] = set()
+        # Sessions whose repairs were read once, and the newest repair each has (kept current by `_announce`,
+        # which every new or reworded repair goes through): most turns then need no read at all.
+        self._guidance_known: set[str] = set()
+        self._newest_repair: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------ tool.outcome
 
@@ -506,6 +511,10 @@ class RepairService:
         ttl = self.settings.guidance_ttl_ms
         if ttl <= 0:
             return []
+        if session_id in self._guidance_known:
+            newest = self._newest_repair.get(session_id)
+            if newest is None or now - newest >= ttl:
+                return []  # known to have nothing fresh: no read on the turn.start hot path
 
         def work(db: Session) -> list[DecisionRepairRow]:
             stmt = (
@@ -516,8 +525,15 @@ class RepairService:
             )
             return list(db.scalars(stmt))
 
+        rows = await self.ctx.db.read(work)
+        if len(self._guidance_known) > SESSION_CACHE_LIMIT:
+            self._guidance_known.clear()
+            self._newest_repair.clear()
+        self._guidance_known.add(session_id)
+        if rows:
+            self._remember(session_id, max(row.ts for row in rows))
         fresh: list[dto.RepairDTO] = []
-        for row in await self.ctx.db.read(work):
+        for row in rows:
             if row.ts > now:
                 continue  # a clock step backwards must not surface "future" repairs twice
             if any(
@@ -572,7 +588,12 @@ class RepairService:
         self._announce(row)
         return repair_dto(row)
 
+    def _remember(self, session_id: str, ts: int) -> None:
+        self._newest_repair[session_id] = max(ts, self._newest_repair.get(session_id, ts))
+
     def _announce(self, row: DecisionRepairRow, *, refined: bool = False) -> None:
+        if row.session_id:
+            self._remember(row.session_id, row.ts)
         payload: dict[str, Any] = {
             "repairId": row.id,
             "sessionId": row.session_id,
