@@ -206,7 +206,9 @@ class L2Settings(_Section):
 class RepairSettings(_Section):
     failure_threshold: int = Field(3, ge=1, description="Failures of one tool that make a burst.")
     failure_window: int = Field(5, ge=1, description="Recent tool outcomes of a session looked at.")
-    value_delta: float = Field(0.5, ge=0, description="Value gap between good and bad evidence a burst needs.")
+    value_delta: float = Field(
+        0.5, ge=0, description="Value gap a burst's good evidence needs over its bad to be named as what worked."
+    )
     cooldown_ms: int = Field(60_000, ge=0, description="Minimum time between two repairs of the same context.")
     use_llm: bool = Field(True, description="Word repairs with the LLM when available (else templates).")
     guidance_ttl_ms: int = Field(

@@ -49,7 +49,7 @@ from memos_bridge.core.learning.repair_rules import (
     ToolOutcome,
     TraceEvidence,
     Wording,
-    burst_passes_guard,
+    apply_value_guard,
     burst_template,
     context_hash,
     correction_template,
@@ -369,16 +369,16 @@ class RepairService:
             if candidates is None:
                 log.debug("repair of %s in %s skipped: cooldown", burst.tool, info.session_id)
                 return None
-            split = split_evidence(candidates, burst.tool, burst.error_key)
-            if not burst_passes_guard(split, self.settings.value_delta):
+            found = split_evidence(candidates, burst.tool, burst.error_key)
+            split = apply_value_guard(found, self.settings.value_delta)
+            if split is not found:
                 log.info(
-                    "repair of %s in %s skipped: value gap %.2f < %.2f",
+                    "repair of %s in %s: value gap %.2f < %.2f, the earlier successes are no contrast",
                     burst.tool,
                     info.session_id,
-                    value_gap(split),
+                    value_gap(found),
                     self.settings.value_delta,
                 )
-                return None
             template = burst_template(burst, split)
             wording = await self._llm_wording(
                 info.episode_id, template, self._failure_lines(burst, split), self._success_lines(split), _NONE

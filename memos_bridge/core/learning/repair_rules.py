@@ -13,11 +13,15 @@ Why each rule exists (reference §6.9, with its defects fixed):
   traces about the same tool or error; when a side finds nothing, a relaxed pass takes that side from the
   session's own recent traces, because a nearby success of another tool still says "a different approach
   worked here".
-* **Value guard** (unsolicited bursts only): when high-value evidence exists but its mean value is within
-  `value_delta` of the low side's, the contrast carries no lesson (both kinds of step were scored alike),
-  so no repair is made. With no high-value evidence at all there is nothing to contradict the live burst:
-  the repair is still made, with an "Avoid" line from the failing call and a prefer line that is generic in
-  shape but names the tool and its error. User corrections bypass the guard: the user *is* the evidence.
+* **Value guard** (unsolicited bursts only): the high side is a contrast worth pointing to ("what worked
+  before") only when its mean value is at least `value_delta` away from the low side's. A weaker contrast — a
+  transcript heuristic scores a finished task +0.1, so an ordinary earlier success is barely above an
+  unscored failure — carries no lesson, so the high side is dropped. The burst itself is never dropped:
+  the failures are observed, not scored, and an agent looping on a failing tool needs the repair whatever
+  the history looks like (the reference skipped the repair instead, so without an LLM scoring the
+  history almost every burst went unrepaired). Without a contrast the repair has an "Avoid" line from the
+  failing call and a prefer line that is generic in shape but names the tool and its error. User
+  corrections bypass the guard: the user *is* the evidence.
 * **Templates** (no LLM, or the LLM failed): specific by construction — the tool name, the failing action
   and its error, the user's own instruction — since a vague "be careful" line teaches nothing.
 """
@@ -323,12 +327,13 @@ def value_gap(split: EvidenceSplit) -> float:
     return abs(_mean([t.value for t in split.high]) - _mean([t.value for t in split.low]))
 
 
-def burst_passes_guard(split: EvidenceSplit, value_delta: float) -> bool:
-    """The value guard for unsolicited bursts (see the module docstring): skip only when high-value evidence
-    exists and its mean is within `value_delta` of the low side's."""
-    if not split.high:
-        return True
-    return value_gap(split) >= value_delta
+def apply_value_guard(split: EvidenceSplit, value_delta: float) -> EvidenceSplit:
+    """The value guard for unsolicited bursts (see the module docstring): `split` unchanged when its high side
+    is clearly better than its low side (or empty), else `split` without the high side, so neither the
+    template nor the LLM presents weakly scored steps as what worked."""
+    if not split.high or value_gap(split) >= value_delta:
+        return split
+    return EvidenceSplit((), split.low, "none", split.low_pass)
 
 
 # --------------------------------------------------------------------------------------------------------

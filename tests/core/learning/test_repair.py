@@ -25,9 +25,13 @@ from memos_bridge.core.learning.repair_rules import (
     GUIDANCE_CAP,
     OutcomeWindows,
     ToolOutcome,
+    TraceEvidence,
+    apply_value_guard,
     detect_burst,
     merge_guidance,
     rejected_part,
+    split_evidence,
+    trace_evidence,
 )
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.hash_provider import HashEmbedder
@@ -312,15 +316,89 @@ async def test_a_strong_earlier_success_becomes_the_preference(env: Env) -> None
     assert env.rows()[0].high_value_traces_json == ["tr_good"]
 
 
-async def test_the_value_guard_skips_a_burst_without_a_clear_contrast(env: Env) -> None:
+async def test_the_value_guard_drops_a_weak_contrast_but_still_repairs(env: Env) -> None:
     seed_session(env.db, "se_old", episode="ep_old")
     meh = {"name": "bash", "input": {"cmd": "python parse_13f.py --ns it"}, "output": "parsed 3 rows"}
     add_trace(env.db, "tr_meh", session="se_old", episode="ep_old", value=0.3, call=meh)
     bad = {"name": "bash", "input": {"cmd": "python parse_13f.py"}, "output": KEY_ERROR, "errorCode": "KeyError"}
     add_trace(env.db, "tr_bad", call=bad, signatures=("KeyError: <str>",))
-    # |mean(high) − mean(low)| = |0.3 − 0| < 0.5 and high-value evidence exists → no repair.
-    assert all(r.repair is None for r in await fail(env, times=3))
-    assert env.rows() == []
+    # |mean(high) − mean(low)| = |0.3 − 0| < 0.5: the earlier step is no contrast, but the burst is repaired.
+    repair = (await fail(env, times=3))[-1].repair
+    assert repair is not None
+    assert "--ns it" not in repair.preference and repair.preference.startswith("Prefer: checking bash's error")
+    assert "python parse_13f.py" in repair.anti_pattern and repair.confidence == pytest.approx(0.45)
+    (row,) = env.rows()
+    assert row.high_value_traces_json == [] and row.low_value_traces_json == ["tr_bad"]
+
+
+def test_apply_value_guard_keeps_a_clear_contrast_only() -> None:
+    def evidence(trace_id: str, value: float, *, failed: bool = False) -> TraceEvidence:
+        call = {"name": "bash", "output": "boom", "success": not failed}
+        return trace_evidence(
+            trace_id=trace_id,
+            episode_id="ep",
+            session_id="se",
+            ts=T0,
+            value=value,
+            summary="",
+            agent_text="",
+            tool_calls=[call],
+            error_signatures=(),
+            local=True,
+        )
+
+    strong = split_evidence([evidence("good", 0.9), evidence("bad", 0.0, failed=True)], "bash", "")
+    assert apply_value_guard(strong, 0.5) is strong
+    weak = split_evidence([evidence("good", 0.1), evidence("bad", 0.0, failed=True)], "bash", "")
+    guarded = apply_value_guard(weak, 0.5)
+    assert guarded.high == () and guarded.high_pass == "none" and [t.id for t in guarded.low] == ["bad"]
+    no_high = split_evidence([evidence("bad", -0.2, failed=True)], "bash", "")
+    assert apply_value_guard(no_high, 0.5) is no_high
+
+
+async def test_a_burst_after_an_ordinary_success_in_the_session_is_repaired(core_factory: Any) -> None:
+    """No LLM: the earlier task scores +0.1 (transcript heuristic). Its successful bash step used to count as
+    "high-value evidence" 0.1 away from the failures, under the 0.5 guard, so the burst got no repair."""
+    core = await core_factory()
+    started = await core.turn_start(
+        dto.TurnInputDTO.model_validate(
+            {"agent": "t", "sessionId": "se_r", "userText": "Count the python modules in the repository", "ts": T0}
+        )
+    )
+    first = started.query.episode_id
+    assert first is not None
+    await core.turn_end(
+        dto.TurnResultDTO.model_validate(
+            {
+                "agent": "t",
+                "sessionId": "se_r",
+                "episodeId": first,
+                "toolCalls": [{"name": "bash", "input": {"cmd": "ls *.py"}, "output": "a.py b.py"}],
+                "agentText": "There are two python modules.",
+                "ts": T0 + 5_000,
+            }
+        )
+    )
+    await core.close_episode(dto.EpisodeCloseParams(episode_id=first))
+    await core.flush()
+    scored = await core.db.read(lambda db: db.get(EpisodeRow, first))
+    assert scored is not None and scored.r_task == pytest.approx(0.1)
+    again = await core.turn_start(
+        dto.TurnInputDTO.model_validate(
+            {"agent": "t", "sessionId": "se_r", "userText": "new task: parse holdings.xml", "ts": T0 + 10_000}
+        )
+    )
+    second = again.query.episode_id
+    assert second is not None and second != first
+    repairs = []
+    for i in range(5):
+        params = {"sessionId": "se_r", "episodeId": second, "tool": "bash", "success": False, "ts": T0 + 11_000 + i}
+        result = await core.tool_outcome(dto.ToolOutcomeParams.model_validate({**params, "error": KEY_ERROR}))
+        repairs.append(result.repair)
+    assert [r is not None for r in repairs] == [False, False, True, False, False]
+    repair = repairs[2]
+    assert repair is not None and repair.episode_id == second
+    assert "bash failed 3 times" in repair.anti_pattern and "ls *.py" not in repair.preference
 
 
 async def test_other_namespaces_and_unrelated_history_are_not_evidence(env: Env) -> None:
