@@ -9,18 +9,22 @@ The reference adapter's markers fired on ordinary sentences (any "不是", any "
 statements into strong negative rewards. The rules here trade a little recall for precision:
 
 * **strong markers** anywhere: "verifier feedback", "本任务评为反例/正例", "验证反馈", an `r = x` reward with
-  |x| ≤ 1 outside code (`r = requests.get(...)` or `r = 5` are not rewards);
+  |x| ≤ 1 outside code (`r = requests.get(...)`, `r = 5` or "set r = 1" are not rewards);
 * **labelled feedback**: the message *starts* with "Feedback:" / "反馈：" (not "please give me feedback");
 * **conversational corrections / confirmations** only in the message's first sentence and anchored at its
-  start ("不对，…", "That's wrong, …", "It works now"), never in a question ("What's wrong with this?",
-  "错了吗？"), never bare "不是" / "wrong" / "对了" (which means "by the way");
+  start ("不对，…", "That's wrong, …", "It works now"), never bare "不是" / "wrong" / "对了" (which means
+  "by the way");
+* on **every** path, the sentence that carries the evidence must not be a question: "What's wrong with
+  this?", "错了吗？", "验证结果怎么看", "通过率 r = 0.6 的任务怎么优化" ask about verdicts, they are none;
+* a marker or label without any outcome (no polarity word, no `r = x`, no count, no advice) is not a
+  verdict either: "Verdict: explain how courts work" uses the word, it judges nothing;
 * a "N/M passed" count becomes an objective verifier result (`raw.verifier = {passed, total}`), the evidence
   the service's reward prefers.
 
-Magnitude: |r| when an `r = x` value is present (next to a word such as feedback / reward / task / passed);
-else 1.0 for a verifier or labelled verdict with a clear polarity, 0.8 for a conversational correction or
-confirmation (less certain), 0.6 for labelled advice without an outcome ("反馈：下次不要…", negative) or
-when the polarity stays neutral.
+Magnitude: |r| when an `r = x` value is present (next to a word such as feedback / reward / passed / failed —
+not "task", which every instruction mentions); else 1.0 for a verifier or labelled verdict with a clear
+polarity, 0.8 for a conversational correction or confirmation (less certain), 0.6 for labelled advice without
+an outcome ("反馈：下次不要…", negative).
 """
 
 from __future__ import annotations
@@ -52,10 +56,13 @@ _LABELLED = re.compile(
     r"|^[\[(（【]?\s*(?:用户反馈|反馈|评测|验证|判定)\s*[\])）】]?\s*[:：]"
 )
 # An `r = x` value alone is a reward only next to a word that says so ("the variance r = 0.3" is not one).
+# "task" / "任务" are not such words: instructions name the task all the time ("The task: set r = 1 …").
 _REWARD_CUE = re.compile(
-    r"feedback|反馈|verifier|verdict|grader|reward|score|评分|评为|正例|反例|任务|成功|失败|通过"
-    r"|\b(?:task|pass|passed|fail|failed|failure|success|succeeded)\b"
+    r"feedback|反馈|verifier|verdict|grader|reward|score|评分|评为|正例|反例|成功|失败|通过"
+    r"|\b(?:pass|passed|fail|failed|failure|success|succeeded)\b"
 )
+# "set r = 1", "let reward = 0.5": an assignment the user asks for, not a reward given.
+_ASSIGNMENT = re.compile(r"\b(?:set|let|assign|make|initiali[sz]e|define|change|update)\s+(?:r|reward)\s*=")
 _ADVICE_WORDS = re.compile(
     r"不要|别再|避免|下次|应该|应当|改用"
     r"|\b(?:should|avoid|next time|instead|don'?t|do not|must)\b"
@@ -84,6 +91,10 @@ _POSITIVE_START = re.compile(
 _QUESTION_START = re.compile(
     r"^(?:what|why|how|is|are|was|were|do|does|did|can|could|should|would|where|which|who)\b|^(?:为什么|为何|怎么|哪里|是不是)"
 )
+# Chinese puts the interrogative inside the sentence ("验证结果怎么看", "这个任务如何优化").
+_QUESTION_WORDS_ZH = re.compile(r"怎么|怎样|如何|为什么|为何|哪里|哪儿|哪个|哪些|是否|能否|可否|是不是|有没有")
+# A sentence ends at ! ? 。 ！ ？ ; ； a line break, or a "." before a space — not the "." of 0.6 or answers.json.
+_SENTENCE_END = re.compile(r"[!?。！？;；\n]|\.(?=\s|$)")
 
 _NEGATIVE_WORDS = re.compile(
     r"反例|失败|未通过|不通过|没通过|没有通过|错误|不正确"
@@ -132,19 +143,34 @@ def normalise(text: str) -> str:
 
 
 def _first_sentence(text: str) -> str:
-    return re.split(r"(?<=[.!?。！？\n])\s*|[;；]", text, maxsplit=1)[0].strip()
+    return _sentence_at(text, 0)
+
+
+def _sentence_at(text: str, position: int) -> str:
+    """The sentence of `text` that contains `position`, with its closing punctuation (a "?" stays visible)."""
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        if end.end() > position:
+            return text[start : end.end()].strip()
+        start = end.end()
+    return text[start:].strip()
 
 
 def _is_question(sentence: str) -> bool:
-    stripped = sentence.rstrip()
-    return stripped.endswith(("?", "？", "吗", "么", "吗。")) or bool(_QUESTION_START.match(stripped))
+    stripped = sentence.rstrip(" .。")
+    return (
+        stripped.endswith(("?", "？", "吗", "么", "呢"))
+        or bool(_QUESTION_START.match(stripped))
+        or bool(_QUESTION_WORDS_ZH.search(stripped))
+    )
 
 
-def _reward(text: str) -> float | None:
+def _reward(text: str) -> tuple[float, int] | None:
+    """The first `r = x` with |x| ≤ 1 that is not an assignment, and where it is."""
     for match in _REWARD.finditer(text):
         value = float(match.group(2).replace(" ", ""))
-        if -1.0 <= value <= 1.0:
-            return value
+        if -1.0 <= value <= 1.0 and not _ASSIGNMENT.search(text, max(0, match.start() - 20), match.end()):
+            return value, match.start()
     return None
 
 
@@ -174,30 +200,18 @@ def detect_feedback(text: str) -> FeedbackVerdict | None:
     norm = normalise(text)
     if not norm:
         return None
-    reward = _reward(norm)
-    if reward is not None and not (_REWARD_CUE.search(norm) or re.search(r"\breward\s*[=:<>≤≥]", norm)):
-        reward = None
-    strong = bool(_STRONG_MARKERS.search(norm))
+    found = _reward(norm)
+    if found is not None and not (_REWARD_CUE.search(norm) or re.search(r"\breward\s*[=:<>≤≥]", norm)):
+        found = None
+    strong = _STRONG_MARKERS.search(norm)
     labelled = bool(_LABELLED.match(norm))
-    if strong or labelled or reward is not None:
-        verifier = _fraction(norm)
-        source: Source = "verifier" if strong else ("labelled" if labelled else "reward")
-        if reward is not None:
-            if reward >= 0.5:
-                polarity: Polarity = "positive"
-            elif reward <= -0.5:
-                polarity = "negative"
-            else:
-                polarity = "neutral"
-            return FeedbackVerdict(polarity, round(min(abs(reward), 1.0), 3), source, reward, verifier)
-        if verifier is not None:
-            polarity = "positive" if verifier["passed"] == verifier["total"] else "negative"
-            return FeedbackVerdict(polarity, 1.0, source, None, verifier)
-        polarity = _word_polarity(norm)
-        if polarity == "neutral" and _ADVICE_WORDS.search(norm):
-            # Corrective advice without an outcome: a lesson from something that went wrong.
-            return FeedbackVerdict("negative", 0.6, source)
-        return FeedbackVerdict(polarity, 1.0 if polarity != "neutral" else 0.6, source)
+    if strong or labelled or found is not None:
+        # The evidence must sit in a statement: the label opens the first sentence, a marker or an r value
+        # lies in its own sentence, and a question there asks about a verdict instead of giving one.
+        where = 0 if labelled else (strong.start() if strong else found[1] if found else 0)
+        if _is_question(_sentence_at(norm, where)):
+            return None
+        return _marked_verdict(norm, "verifier" if strong else ("labelled" if labelled else "reward"), found)
     first = _first_sentence(norm)
     if not first or _is_question(first):
         return None
@@ -206,3 +220,28 @@ def detect_feedback(text: str) -> FeedbackVerdict | None:
     if _POSITIVE_START.match(first):
         return FeedbackVerdict("positive", 0.8, "confirmation")
     return None
+
+
+def _marked_verdict(norm: str, source: Source, found: tuple[float, int] | None) -> FeedbackVerdict | None:
+    """The verdict of a message with a strong marker, a label or a reward: polarity and magnitude from the
+    r value, else the test count, else the words; `None` when it states no outcome and no advice."""
+    verifier = _fraction(norm)
+    if found is not None:
+        reward = found[0]
+        if reward >= 0.5:
+            polarity: Polarity = "positive"
+        elif reward <= -0.5:
+            polarity = "negative"
+        else:
+            polarity = "neutral"
+        return FeedbackVerdict(polarity, round(min(abs(reward), 1.0), 3), source, reward, verifier)
+    if verifier is not None:
+        polarity = "positive" if verifier["passed"] == verifier["total"] else "negative"
+        return FeedbackVerdict(polarity, 1.0, source, None, verifier)
+    polarity = _word_polarity(norm)
+    if polarity != "neutral":
+        return FeedbackVerdict(polarity, 1.0, source)
+    if _ADVICE_WORDS.search(norm):
+        # Corrective advice without an outcome: a lesson from something that went wrong.
+        return FeedbackVerdict("negative", 0.6, source)
+    return None  # "Verdict: explain how courts work": the word, and nothing judged

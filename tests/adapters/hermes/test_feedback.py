@@ -24,6 +24,17 @@ NOT_FEEDBACK = [
     "```python\nr = 0.5\nprint(r)\n```\nwhy is this slow",
     "Correct the typo in README.md",
     "Wrong-way driving detection: add a test for it",
+    # an `r = x` next to "task" is an instruction, not a reward
+    "The task: set r = 1 when the test passes",
+    "Set r = 1 once the tests passed",
+    # questions about verdicts, on the reward, strong-marker and labelled paths
+    "通过率 r = 0.6 的任务怎么优化",
+    "验证结果怎么看",
+    "Verifier result: why is it 3/5?",
+    "Feedback: what should I improve?",
+    # a marker or a label that judges nothing
+    "Verdict: explain how courts work",
+    "Tell me how the verifier result works",
     "",
 ]
 
@@ -53,6 +64,9 @@ def test_ordinary_messages_are_not_feedback(text: str) -> None:
         ("It works now, thanks!", "positive", 0.8, "confirmation"),
         ("Great, that worked!", "positive", 0.8, "confirmation"),
         ("搞定了，谢谢", "positive", 0.8, "confirmation"),
+        # a verdict followed by a question is still the verdict
+        ("Verifier feedback: task failed, r = -0.5. Why did you multiply by 1000?", "negative", 0.5, "verifier"),
+        ("验证反馈：任务失败。为什么要乘以 1000？", "negative", 1.0, "verifier"),
     ],
 )
 def test_verdicts_have_polarity_and_magnitude(text: str, polarity: str, magnitude: float, source: str) -> None:
