@@ -58,6 +58,11 @@ class EmbeddingSettings(_Section):
     batch_size: int = Field(32, ge=1)
     cache_size: int = Field(20_000, ge=0, description="Entries of the role-aware LRU cache.")
     threads: int | None = Field(None, ge=1, description="ONNX runtime threads (default: runtime's choice).")
+    onnx_spinning: bool = Field(
+        False,
+        description="Let ONNX Runtime's threads busy-wait between operators (off: on few cores they starve the "
+        "service's own threads).",
+    )
 
 
 class CaptureSettings(_Section):

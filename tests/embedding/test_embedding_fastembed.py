@@ -232,6 +232,28 @@ def test_threads_setting_reaches_onnx_runtime(models_dir: Path) -> None:
     emb.close()
 
 
+def _spinning(emb: FastEmbedEmbedder) -> str:
+    emb.embed_sync(["load the model"])
+    options = emb._model.model.model.get_session_options()
+    try:
+        return str(options.get_session_config_entry("session.intra_op.allow_spinning"))
+    except RuntimeError:  # not set: ONNX Runtime's default, which spins
+        return "default"
+
+
+def test_onnx_threads_do_not_spin_unless_asked(models_dir: Path) -> None:
+    quiet = FastEmbedEmbedder(EmbeddingSettings(threads=2, cache_size=0), models_dir)
+    spinning = FastEmbedEmbedder(EmbeddingSettings(threads=2, cache_size=0, onnx_spinning=True), models_dir)
+    try:
+        assert _spinning(quiet) == "0"
+        assert _spinning(spinning) != "0"  # fastembed's own session, ONNX Runtime's default (spinning)
+        assert quiet._model.model.model.get_session_options().intra_op_num_threads == 2
+        np.testing.assert_allclose(quiet.embed_sync([QUERY, RELATED]), spinning.embed_sync([QUERY, RELATED]), atol=1e-6)
+    finally:
+        quiet.close()
+        spinning.close()
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
