@@ -228,6 +228,7 @@ def _is_sqlite(session: Session) -> bool:
 
 INNER_FACTOR = 5
 INNER_MIN = 100
+SMALL_TABLE_RECOUNT_S = 2.0
 """`fts_search` ranks the best max(limit·5, 100) index matches before joining the base table; only when
 namespace/archive filtering leaves fewer than `limit` of a saturated inner set does it rank every match."""
 
@@ -266,7 +267,13 @@ def fts_search(
         owner_sql, owner_params = owner.sql("b", shareable=True)
         params.update(owner_params)
     top = session.execute(_fts_statement(kind, tokenizer, owner_sql, exhaustive=False), params).all()
-    if len(top) < limit and _saturated(session, kind, tokenizer, expr, inner):
+    # A table with no more rows than the inner set cannot have lost matches to it (rows counted at most
+    # SMALL_TABLE_RECOUNT_S ago: a table that just grew past it is checked again within that time).
+    if (
+        len(top) < limit
+        and COMMON_TERMS.rows(session, kind, SMALL_TABLE_RECOUNT_S) > inner
+        and _saturated(session, kind, tokenizer, expr, inner)
+    ):
         top = session.execute(_fts_statement(kind, tokenizer, owner_sql, exhaustive=True), params).all()
     return [(str(row_id), -float(score)) for row_id, score in top]
 
@@ -288,31 +295,40 @@ class CommonTerms:
         self._rows: dict[tuple[str, str], tuple[int, float]] = {}
         self._lock = threading.Lock()
 
-    def _cached(self, cache: dict[Any, tuple[int, float]], key: Any, compute: Callable[[], int]) -> int:
+    def _cached(
+        self, cache: dict[Any, tuple[int, float]], key: Any, compute: Callable[[], int], max_age_s: float | None = None
+    ) -> int:
+        """The cached value when it is younger than `max_age_s` (default `ttl_s`), else a fresh one."""
         now = time.monotonic()
         with self._lock:
             hit = cache.get(key)
-        if hit is not None and hit[1] > now:
+        if hit is not None and now - hit[1] < (self.ttl_s if max_age_s is None else max_age_s):
             return hit[0]
         value = compute()
         with self._lock:
             if len(cache) > 50_000:
                 cache.clear()
-            cache[key] = (value, now + self.ttl_s)
+            cache[key] = (value, now)
         return value
+
+    def rows(self, session: Session, kind: FtsKind, max_age_s: float | None = None) -> int:
+        """Rows of `kind`'s base table, counted at most `max_age_s` (default `ttl_s`) ago."""
+        base = _q(FTS_SPECS[kind].base_table.name)
+        database = str(session.get_bind().engine.url)  # caches are per database (tests open many)
+        return self._cached(
+            self._rows,
+            (database, base),
+            lambda: int(session.execute(text(f"SELECT count(*) FROM {base}")).scalar_one()),
+            max_age_s,
+        )
 
     def prune(self, session: Session, kind: FtsKind, terms: list[str]) -> list[str]:
         if len(terms) <= self.keep:
             return terms
         spec = FTS_SPECS[kind]
-        base, fts = _q(spec.base_table.name), _q(spec.fts_table("word"))
-        bind = session.get_bind()
-        database = str(bind.engine.url)  # caches are per database (tests open many)
-        rows = self._cached(
-            self._rows,
-            (database, base),
-            lambda: int(session.execute(text(f"SELECT count(*) FROM {base}")).scalar_one()),
-        )
+        fts = _q(spec.fts_table("word"))
+        database = str(session.get_bind().engine.url)
+        rows = self.rows(session, kind)
         if rows < self.min_rows:
             return terms
         ceiling = int(rows * self.share)

@@ -301,3 +301,35 @@ def test_arbitrary_query_text_never_raises(fuzz_engine: Engine, query: str, kind
             hits = fts_search(session, kind, query, owner=OWNER, tokenizer=tokenizer)
             assert all(isinstance(i, str) and isinstance(s, float) for i, s in hits)
         pattern_search(session, kind, query.split() or [query], owner=OWNER)
+
+
+# ---------------------------------------------------------------------------------------------- ranking in two steps
+
+
+def test_a_namespace_outranked_by_others_still_finds_its_matches(session: Session) -> None:
+    """The best 100 index matches all belong to another namespace: the exhaustive form must find ours."""
+    for i in range(130):
+        add_trace(session, f"tr_o{i}", owner=OTHER, step_key=f"o{i}", summary="deploy deploy deploy the service")
+    add_trace(session, "tr_mine", summary="deploy notes, written long after the other deploys were done")
+    session.commit()
+    assert ids(session, "deploy", "word") == ["tr_mine"]
+
+
+def test_a_small_table_is_searched_without_a_saturation_probe(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memos_bridge.storage import fts
+
+    add_trace(session, "tr_1", summary="deploy the service")
+    add_trace(session, "tr_2", owner=OTHER, step_key="o", summary="deploy the service")
+    session.commit()
+    probes: list[str] = []
+    original = fts._saturated
+
+    def spy(db: Session, kind: FtsKind, tokenizer: Tokenizer, expr: str, inner: int) -> bool:
+        probes.append(expr)
+        return original(db, kind, tokenizer, expr, inner)
+
+    monkeypatch.setattr(fts, "_saturated", spy)
+    assert ids(session, "deploy", "word") == ["tr_1"]
+    assert probes == []  # two rows cannot have overflowed the 100-row inner set
