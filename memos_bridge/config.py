@@ -75,7 +75,12 @@ class CaptureSettings(_Section):
 
 
 class SessionSettings(_Section):
-    merge_max_gap_ms: int = Field(7_200_000, ge=0, description="Gap after which a turn starts a new episode.")
+    merge_max_gap_ms: int = Field(
+        7_200_000,
+        ge=0,
+        description="Gap after which a turn starts a new episode; at startup, open episodes with steps idle "
+        "longer than this are finalised and learned from.",
+    )
     max_turns_per_episode: int = Field(30, ge=0, description="User turns per episode (0 = no cap).")
     turn_key_cache: int = Field(4096, ge=16, description="Remembered turn.start results for turnKey retries.")
     relation_llm: bool = Field(
@@ -83,7 +88,10 @@ class SessionSettings(_Section):
     )
     classify_timeout_ms: int = Field(5000, ge=100, description="Relation classification LLM timeout (then heuristic).")
     stale_topic_ms: int = Field(
-        14_400_000, ge=0, description="Open episodes older than this are finalised at startup (default 4 h)."
+        14_400_000,
+        ge=0,
+        description="Open episodes idle this long are finalised by the running sweep (default 4 h; idle since "
+        "their last use in this process, else since their stored last activity).",
     )
 
 

@@ -69,8 +69,9 @@ def make_settings(home: Path, **overrides: object) -> Settings:
 async def core_factory(tmp_path: Path, real_embedder: Embedder) -> AsyncIterator[object]:
     made: list[MemoryCore] = []
 
-    async def make(llm: object = None, **overrides: object) -> MemoryCore:
-        settings = make_settings(tmp_path / f"home{len(made)}", **overrides)
+    async def make(llm: object = None, home: Path | None = None, **overrides: object) -> MemoryCore:
+        """A core with its own data home, or on `home` (a second core on the same database, as after a restart)."""
+        settings = make_settings(home or tmp_path / f"home{len(made)}", **overrides)
         settings.home.mkdir(parents=True, exist_ok=True)
         db = Database(settings.database_url)
         db.open()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,38 @@ def test_a_host_without_an_llm_handler_is_asked_once(service: ServiceClient) -> 
     health = service.call("core.health")
     calls = sum(int(op.get("calls", 0)) for op in health["llmUsage"]["ops"].values())
     assert calls == 1 and health["llm"]["available"] is False
+
+
+def test_a_respawned_service_learns_from_the_episode_a_crash_left_open(home: Path) -> None:
+    """The service is killed mid-task; the next one (a new process, as a host re-spawns it) finalises the
+    abandoned episode at startup, in the background, and learns from it; a recent one stays resumable."""
+    now = int(time.time() * 1000)
+    env = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
+    first = ServiceClient.spawn(home, env=env, reconnect=False)
+    try:
+        session = first.call("session.open", {"agent": AGENT})["sessionId"]
+        task = "Total the 13F holdings per issuer into answers.json"
+        crashed = _start(first, session, task, now - 3 * 3_600_000)["query"]["episodeId"]
+        _end(first, session, crashed, now - 3 * 3_600_000 + 5_000, agentText="Wrote answers.json.", toolCalls=TOOLS)
+        other = first.call("session.open", {"agent": AGENT})["sessionId"]
+        recent = _start(first, other, "Configure the nginx reverse proxy for the API", now - 60_000)["query"]
+        _end(first, other, recent["episodeId"], now - 55_000, agentText="Added proxy_pass.", toolCalls=TOOLS)
+        assert first.process is not None
+        first.process.kill()  # a crash: no drain, no session.close
+        first.process.wait(timeout=30)
+    finally:
+        first.close()
+    with ServiceClient.spawn(home, env=env) as client:
+        assert client.call("core.ping")["ok"] is True  # answers at once; recovery runs in the background
+        deadline = time.monotonic() + 30
+        while _episode(client, crashed)["status"] != "closed" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client.call("memory.flush", {}, timeout=60)
+        learned = _episode(client, crashed)
+        assert learned["status"] == "closed" and learned["closeReason"] == "recovered"
+        assert learned["rTask"] == pytest.approx(0.1)  # scored by the new process (no LLM: the heuristic)
+        resumable = _episode(client, recent["episodeId"])
+        assert resumable["status"] == "open" and resumable["topicState"] == "interrupted"
+        # the host comes back to the recent one in its session: it continues
+        again = _start(client, other, "also enable gzip for the proxy", now)
+        assert again["query"]["episodeId"] == recent["episodeId"]

@@ -31,6 +31,7 @@ from memos_bridge.core.learning.world import world_stage
 from memos_bridge.core.sessions import Outbox, finalize_episode_sync
 from memos_bridge.core.strength import strength_stage
 from memos_bridge.ids import new_id
+from memos_bridge.storage.activity import last_activity
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow
 
 log = logging.getLogger(__name__)
@@ -173,17 +174,42 @@ class LearningService:
 
     # ------------------------------------------------------------------ recovery
 
-    async def recover(self) -> dict[str, int]:
-        """After a restart: open episodes become `interrupted` (a returning host resumes them; the stale
-        sweep finalises the ones nobody returns to), and finished episodes that never got scored (a crash
-        before their chain ran) are queued again. Runs in the background; the first answer never waits."""
+    def recovery_window_ms(self) -> int:
+        """How long an episode left open by a crash stays resumable: the merge window (a later turn would
+        start a new task anyway), or `stale_topic_ms` when there is no gap rule; 0 = never finalised here."""
+        settings = self.ctx.settings.session
+        return settings.merge_max_gap_ms or settings.stale_topic_ms
 
-        def sweep(db: Session) -> tuple[int, list[str]]:
+    async def recover(self) -> dict[str, int]:
+        """After a restart, settle what the previous process left behind (reference: startup recovery).
+
+        * Open episodes with steps whose stored last activity is older than `recovery_window_ms` are
+          finalised (`recovered`) and learned from like any ended task: nobody can resume them any more, and
+          leaving them open would lose the task (the host may come back with a new session).
+        * Recent or empty open episodes only become `interrupted`: a returning host resumes them; the stale
+          sweep finalises them once they stay idle (measured from their stored last activity).
+        * Finished episodes that never got scored (a crash before their chain ran) are queued again.
+
+        Runs in the background (the server starts it next to serving); the first answer never waits for it.
+        """
+        window = self.recovery_window_ms()
+        now = self.ctx.clock()
+
+        def sweep(db: Session) -> tuple[Outbox, int, list[str]]:
+            outbox = Outbox()
             interrupted = 0
-            for episode in db.scalars(select(EpisodeRow).where(EpisodeRow.status == "open")):
-                if episode.topic_state == "active":
+            left_open = list(db.scalars(select(EpisodeRow).where(EpisodeRow.status == "open")))
+            last = last_activity(db, [episode.id for episode in left_open])
+            for episode in left_open:
+                if episode.id in self._touched:
+                    continue  # a host already resumed it in this process (recovery normally runs first)
+                idle = now - last.get(episode.id, episode.started_at)
+                if episode.trace_ids_json and window > 0 and idle > window:
+                    finalize_episode_sync(outbox, episode, "recovered", now)
+                elif episode.topic_state == "active":
                     episode.topic_state = "interrupted"
                     interrupted += 1
+            finalized = {episode_id for episode_id, _ in outbox.finalized}
             unscored = [
                 episode.id
                 for episode in db.scalars(
@@ -192,15 +218,18 @@ class LearningService:
                     .order_by(EpisodeRow.ended_at.desc())
                     .limit(RECOVERY_BATCH)
                 )
-                if not (episode.meta_json or {}).get("reward") and episode.trace_ids_json
+                if not (episode.meta_json or {}).get("reward")
+                and episode.trace_ids_json
+                and episode.id not in finalized  # queued by its finalisation already
             ]
-            return interrupted, unscored
+            return outbox, interrupted, unscored
 
-        interrupted, unscored = await self.ctx.db.write(sweep)
+        outbox, interrupted, unscored = await self.ctx.db.write(sweep)
+        self._publish(outbox)  # the finalised episodes reach the queue through the session hooks
         if not self.lightweight:
             for episode_id in unscored:
                 self.queue.episode_finalized(episode_id, "recovery")
-        counts = {"interrupted": interrupted, "requeued": len(unscored)}
+        counts = {"finalized": len(outbox.finalized), "interrupted": interrupted, "requeued": len(unscored)}
         if any(counts.values()):
             log.info("startup recovery: %s", counts)
         return counts
@@ -208,21 +237,34 @@ class LearningService:
     # ------------------------------------------------------------------ stale topics
 
     def touch(self, episode_id: str) -> None:
-        """A turn used this episode now (service clock: hosts' own `ts` values cannot be trusted for idleness)."""
+        """A turn used this episode now (service clock: once a host works in this process, idleness is
+        measured on the service's own clock, whatever its `ts` values say)."""
         self._touched[episode_id] = self._monotonic()
 
     async def sweep_stale(self) -> list[str]:
-        """Finalise open episodes nobody used for `session.stale_topic_ms` of service time (episodes not used
-        since the service started count from the start), so a host that vanished still gets its last task
-        learned. The reference had this sweep but never called it."""
+        """Finalise open episodes nobody used for `session.stale_topic_ms`, so a host that vanished still gets
+        its last task learned (the reference had this sweep but never called it). An episode used in this
+        process is idle since its last use (service time); one that is not — left by an earlier process, or
+        written without turns — since its stored last activity, and at least since the service started
+        (so a host clock far ahead cannot keep it open for ever)."""
         stale_s = self.ctx.settings.session.stale_topic_ms / 1000
         now = self._monotonic()
+        wall = self.ctx.clock()
 
         def work(db: Session) -> Outbox:
             outbox = Outbox()
-            for episode in db.scalars(select(EpisodeRow).where(EpisodeRow.status == "open")):
-                if now - self._touched.get(episode.id, self._started) > stale_s:
-                    finalize_episode_sync(outbox, episode, "stale", self.ctx.clock())
+            left_open = list(db.scalars(select(EpisodeRow).where(EpisodeRow.status == "open")))
+            untouched = [episode.id for episode in left_open if episode.id not in self._touched]
+            last = last_activity(db, untouched) if untouched else {}
+            for episode in left_open:
+                touched = self._touched.get(episode.id)
+                if touched is not None:
+                    idle = now - touched
+                else:
+                    stored = (wall - last.get(episode.id, episode.started_at)) / 1000
+                    idle = max(now - self._started, stored)
+                if idle > stale_s:
+                    finalize_episode_sync(outbox, episode, "stale", wall)
             return outbox
 
         if stale_s <= 0:

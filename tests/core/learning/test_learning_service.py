@@ -14,10 +14,13 @@ from memos_bridge.core.facade import MemoryCore
 from memos_bridge.llm.budget import CallBudget
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.storage.models import EpisodeRow, TraceRow
+from memos_bridge.timeutil import now_ms
 from tests.llm.fakes import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
+MINUTE = 60_000
+HOUR = 60 * MINUTE
 TASK = "Parse holdings.xml and write the total market value per issuer to answers.json"
 
 
@@ -230,20 +233,37 @@ async def test_a_failed_or_malformed_llm_falls_back_to_the_deterministic_score(c
     assert row.meta_json["reward"]["source"] == "feedback" and row.r_task == pytest.approx(-0.6)
 
 
-async def test_recovery_requeues_unscored_episodes_and_interrupts_open_ones(core_factory: Any) -> None:
+async def _restarted(core_factory: Any, crashed: MemoryCore, **overrides: Any) -> MemoryCore:
+    """A second core on the same data home, as after a crash and a restart (nothing of the first one's memory)."""
+    restarted: MemoryCore = await core_factory(home=crashed.settings.home, **overrides)
+    return restarted
+
+
+async def test_recovery_learns_from_crashed_episodes_and_interrupts_recent_ones(core_factory: Any) -> None:
     core = await core_factory()
-    done, _ = await run_task(core, "se_9", 1_000_000)
+    now = now_ms()
+    done, _ = await run_task(core, "se_9", now - 4 * HOUR)
     await core.close_episode(dto.EpisodeCloseParams(episode_id=done))  # "crash" before the window ended
-    still_open, _ = await run_task(core, "se_10", 2_000_000)
-    restarted = await core_factory()
-    restarted.db.close()
-    restarted.db = core.db  # a second core on the same database, as after a restart
-    restarted.learning.ctx.db = core.db
+    crashed, _ = await run_task(core, "se_10", now - 3 * HOUR)  # open, with steps, idle for 3 h
+    recent, _ = await run_task(core, "se_11", now - 10 * MINUTE)  # open, with steps, idle for 10 min
+    await core.open_session(dto.SessionOpenParams(agent="t", session_id="se_empty"))
+    empty = (await core.open_episode(dto.EpisodeOpenParams(session_id="se_empty"))).episode_id
+    await core.db.write(lambda db: setattr(db.get(EpisodeRow, empty), "started_at", now - 5 * HOUR))
+    # the crashed process never ran a chain; a second core on the same database starts
+    restarted = await _restarted(core_factory, core)
     counts = await restarted.learning.recover()
-    assert counts == {"interrupted": 1, "requeued": 1}
-    assert (await episode_row(core, still_open)).topic_state == "interrupted"
+    assert counts == {"finalized": 1, "interrupted": 2, "requeued": 1}
+    crashed_row = await episode_row(core, crashed)
+    assert crashed_row.status == "closed" and crashed_row.close_reason == "recovered"
+    for episode_id in (recent, empty):  # recent, or with nothing to learn from: resumable
+        row = await episode_row(core, episode_id)
+        assert row.status == "open" and row.topic_state == "interrupted"
+    assert sorted(restarted.learning.queue.pending) == sorted([done, crashed])
     await restarted.learning.flush()
-    assert (await episode_row(core, done)).r_task is not None
+    for episode_id, trigger in ((done, "finalized:recovery"), (crashed, "finalized:recovered")):
+        row = await episode_row(core, episode_id)
+        assert row.r_task == pytest.approx(0.1) and row.meta_json["reward"]["trigger"] == trigger
+    assert (await episode_row(core, recent)).r_task is None
 
 
 async def test_the_stale_sweep_finalises_abandoned_topics_on_service_time(core_factory: Any) -> None:
@@ -261,6 +281,24 @@ async def test_the_stale_sweep_finalises_abandoned_topics_on_service_time(core_f
     assert await core.learning.sweep_stale() == [idle]
     assert (await episode_row(core, idle)).close_reason == "stale"
     assert core.learning.queue.pending == [idle]
+
+
+async def test_the_stale_sweep_measures_episodes_of_an_earlier_process_from_their_stored_activity(
+    core_factory: Any,
+) -> None:
+    core = await core_factory()
+    now = now_ms()
+    old, _ = await run_task(core, "se_15", now - 90 * MINUTE)
+    fresh, _ = await run_task(core, "se_16", now - 5 * MINUTE)
+    restarted = await _restarted(core_factory, core, session={"stale_topic_ms": HOUR})
+    assert await restarted.learning.recover() == {"finalized": 0, "interrupted": 2, "requeued": 0}
+    # just started: the service's own idle time is ~0, but the stored last activity says 90 min
+    assert await restarted.learning.sweep_stale() == [old]
+    assert (await episode_row(core, old)).close_reason == "stale"
+    assert (await episode_row(core, fresh)).status == "open"
+    # a host that comes back to the fresh one in this process is measured on the service clock from then on
+    restarted.learning.touch(fresh)
+    assert await restarted.learning.sweep_stale() == []
 
 
 async def test_session_close_finalises_and_learns_before_replying(core_factory: Any) -> None:
