@@ -25,7 +25,7 @@ from memos_bridge.core.events import EventBus
 from memos_bridge.core.namespace import owner_for
 from memos_bridge.core.relation import EpisodeContext, RelationDecision, classify_relation
 from memos_bridge.ids import new_id
-from memos_bridge.storage import repos
+from memos_bridge.storage import hotpath, repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EpisodeRow, SessionRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
@@ -147,7 +147,7 @@ def record_turn_sync(
 ) -> TurnRow:
     """Store a user turn in `episode` and count it; its turn id is `ts`, bumped past any id in use."""
     turn_id = ts
-    while repos.turn_ids_in_use(db, episode.id, turn_id):
+    while hotpath.turn_id_taken(db, episode.id, turn_id):
         turn_id += 1  # two user turns in the same millisecond still get distinct turn ids
     turn = TurnRow(
         session_id=session.id,
@@ -177,14 +177,13 @@ Decide = Callable[[str, EpisodeContext], RelationDecision]
 
 def episode_context_sync(db: Session, episode: EpisodeRow, turn_ts: int) -> EpisodeContext:
     """What the relation classifier needs to know about `episode`, read in the routing transaction."""
-    first = repos.first_turn(db, episode.id)
-    last = repos.latest_turn(db, episode.id)
-    reply = repos.latest_reply_text(db, episode.id)
-    last_ts = max(last.turn_id if last else episode.started_at, repos.latest_trace_ts(db, episode.id) or 0)
+    row = hotpath.episode_context(db, episode.id)
+    last_turn = row.last_turn_id if row.last_turn_id is not None else episode.started_at
+    last_ts = max(last_turn, row.last_trace_ts or 0)
     return EpisodeContext(
-        first_user_text=first.user_text if first else "",
-        last_user_text=last.user_text if last else "",
-        last_assistant_text=reply,
+        first_user_text=row.first_user_text or "",
+        last_user_text=row.last_user_text or "",
+        last_assistant_text=row.last_reply_text or "",
         user_turns=episode.turn_count,
         ms_since_last_activity=max(turn_ts - last_ts, 0),
     )

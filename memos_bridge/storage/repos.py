@@ -104,26 +104,6 @@ def latest_turn(db: Session, episode_id: str) -> TurnRow | None:
     return db.scalars(stmt).first()
 
 
-def first_turn(db: Session, episode_id: str) -> TurnRow | None:
-    stmt = select(TurnRow).where(TurnRow.episode_id == episode_id).order_by(TurnRow.id).limit(1)
-    return db.scalars(stmt).first()
-
-
-def latest_reply_text(db: Session, episode_id: str) -> str:
-    """The agent's most recent reply text in the episode ('' when it has not replied yet)."""
-    stmt = (
-        select(TraceRow.agent_text)
-        .where(TraceRow.episode_id == episode_id, TraceRow.step_kind == "reply")
-        .order_by(TraceRow.ts.desc(), TraceRow.rid.desc())
-        .limit(1)
-    )
-    return db.scalar(stmt) or ""
-
-
-def latest_trace_ts(db: Session, episode_id: str) -> int | None:
-    return db.scalar(select(func.max(TraceRow.ts)).where(TraceRow.episode_id == episode_id))
-
-
 def latest_closed_episode(db: Session, session_id: str) -> EpisodeRow | None:
     stmt = (
         select(EpisodeRow)
@@ -143,11 +123,6 @@ def find_turn_by_text(db: Session, episode_id: str, user_text_hash: str) -> Turn
         .limit(1)
     )
     return db.scalars(stmt).first()
-
-
-def turn_ids_in_use(db: Session, episode_id: str, turn_id: int) -> bool:
-    stmt = select(func.count()).select_from(TurnRow).where(TurnRow.episode_id == episode_id, TurnRow.turn_id == turn_id)
-    return bool(db.scalar(stmt))
 
 
 # ---------------------------------------------------------------- traces
