@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
+import anyio.abc
 import numpy as np
 from sqlalchemy.orm import Session
 
@@ -52,8 +53,8 @@ from memos_bridge.embedding.base import Embedder
 from memos_bridge.ids import new_id
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.host import NoLLM
-from memos_bridge.retrieval.engine import QueryVector, Retriever, VisibleContext, retrieval_text
-from memos_bridge.retrieval.intent import classify_intent, classify_intent_heuristic, schedule_injection
+from memos_bridge.retrieval.engine import ChannelRun, QueryVector, Retriever, VisibleContext, retrieval_text
+from memos_bridge.retrieval.intent import ALL_TIERS, classify_intent, classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
@@ -62,6 +63,8 @@ from memos_bridge.storage.vectors import to_blob
 from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
+
+OWNER_CACHE_SESSIONS = 4096  # sessions whose namespace is remembered for early retrieval channels
 
 
 @dataclass
@@ -109,6 +112,7 @@ class TurnService:
         self._events = events
         self._settings = settings
         self._inflight: OrderedDict[tuple[str, str], _InFlight] = OrderedDict()
+        self._owners: OrderedDict[str, OwnerFilter] = OrderedDict()  # session id → namespace (early channels)
         self.gate = ForegroundGate()  # MemoryCore shares the learning queue's gate: learning waits for turns
         self.on_activity: Callable[[str], None] = lambda _episode_id: None  # the stale-topic sweep's clock
         self.repairs: RepairService | None = None  # set by MemoryCore: corrections and fresh repairs
@@ -181,24 +185,63 @@ class TurnService:
         return _BegunTurn(owner_of(session), session.id, episode.id, turn.id, None, outbox, relation)
 
     async def _turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
-        """Embed the query while the turn is recorded (they do not depend on each other), then retrieve."""
+        """Start what needs only the text while the turn is routed and recorded, then retrieve.
+
+        The query embedding always starts at once. The retrieval channels (keyword SQL, then the vector
+        searches) need the session's namespace too: for a session seen before it is known, so they start
+        at once as well, and the routing write (a few ms on SQLite's single writer) no longer delays them.
+        """
         query_vector = QueryVector()
         result: dto.RetrievalResultDTO | None = None
         failure: Exception | None = None
         async with anyio.create_task_group() as group:
+            channels = None
             if params.user_text.strip():
                 query_vector.start(group, self._embedder, retrieval_text(params.user_text))
+                channels = self._early_channels(group, params, query_vector)
             try:
-                result = await self._record_and_retrieve(params, query_vector)
+                result = await self._record_and_retrieve(params, query_vector, channels)
             except Exception as exc:  # re-raised below as itself, not wrapped in an ExceptionGroup
                 failure = exc
-            group.cancel_scope.cancel()  # an embedding nobody needs any more (cached result, chitchat)
+            group.cancel_scope.cancel()  # work nobody needs any more (cached result, chitchat)
         if failure is not None:
             raise failure
         assert result is not None
         return result
 
-    async def _record_and_retrieve(self, params: dto.TurnInputDTO, query_vector: QueryVector) -> dto.RetrievalResultDTO:
+    def _early_channels(
+        self, group: anyio.abc.TaskGroup, params: dto.TurnInputDTO, query_vector: QueryVector
+    ) -> ChannelRun | None:
+        """The turn's retrieval channels, started now when the session's namespace is already known.
+
+        A session's namespace never changes (`session.open` refuses another one), and retrieval checks that
+        the run was made for the namespace routing returns before using it, so a stale entry only costs a
+        second run. The tiers are the heuristic scheduler's (the LLM intent classifier, when on, may choose
+        others: then every tier is searched). Chitchat and meta commands start nothing.
+        """
+        owner = self._owners.get(params.session_id)
+        if owner is None:
+            return None
+        if self._settings.retrieval.intent_llm:
+            tiers = ALL_TIERS
+        else:
+            plan = schedule_injection(classify_intent_heuristic(params.user_text), params.user_text)
+            if not plan.retrieve:
+                return None
+            tiers = plan.tiers
+        run = self._retriever.turn_start_channels(params.user_text, owner, tiers, query_vector)
+        run.start(group)
+        return run
+
+    def _remember_owner(self, session_id: str, owner: OwnerFilter) -> None:
+        self._owners[session_id] = owner
+        self._owners.move_to_end(session_id)
+        while len(self._owners) > OWNER_CACHE_SESSIONS:
+            self._owners.popitem(last=False)
+
+    async def _record_and_retrieve(
+        self, params: dto.TurnInputDTO, query_vector: QueryVector, channels: ChannelRun | None
+    ) -> dto.RetrievalResultDTO:
         started = time.perf_counter()
         deadline_at = params.deadline_at or (now_ms() + self._settings.retrieval.default_deadline_ms)
         decide = None
@@ -216,6 +259,7 @@ class TurnService:
                 )
         begun = await self._db.write(lambda db: self._begin_turn_sync(db, params, decide))
         self._sessions.publish(begun.outbox)
+        self._remember_owner(begun.session_id, begun.owner)
         self.on_activity(begun.episode_id)
         if begun.cached_result is not None:
             return dto.RetrievalResultDTO.model_validate(begun.cached_result)
@@ -246,6 +290,7 @@ class TurnService:
             injection=plan,
             query_vector=query_vector,
             repairs=repairs,
+            channels=channels,
         )
         self._events.emit(
             EventType.RETRIEVAL_HIT if result.hits else EventType.RETRIEVAL_EMPTY,

@@ -130,7 +130,7 @@ class VisibleContext:
 
 
 class QueryVector:
-    """A query embedding started early (while the turn is being recorded) that retrieval then awaits.
+    """A query embedding started early (as soon as the request arrives) that the channels then await.
 
     `start` runs it in the caller's task group; `wait` returns the vector or raises what the embedder
     raised. If the computation was cancelled before it finished, `wait` reports the embedder as unavailable.
@@ -140,10 +140,10 @@ class QueryVector:
         self._done = anyio.Event()
         self._vector: np.ndarray | None = None
         self._error: MemosError | None = None
-        self.started = False
+        self.text: str | None = None
 
     def start(self, group: anyio.abc.TaskGroup, embedder: Embedder, text: str) -> None:
-        self.started = True
+        self.text = text
         group.start_soon(self._compute, embedder, text)
 
     async def _compute(self, embedder: Embedder, text: str) -> None:
@@ -192,6 +192,11 @@ def plan_for(reason: str, settings: RetrievalSettings, top_k: dto.TopKDTO | None
     return Plan(reason, {t: c for t, c in caps.items() if c > 0}, include_low_value=reason == "decision_repair")
 
 
+def pool_size(plan: Plan) -> int:
+    """Candidates each vector channel returns for a plan: a few times the largest tier cap."""
+    return max(max(plan.caps.values(), default=0) * 4, 20)
+
+
 def _allowed_channels(filters: dict[str, Any] | None) -> frozenset[str] | None:
     """`filters.channels`: ["vector"], ["keyword"], or explicit channel names; None = all."""
     if not filters or not filters.get("channels"):
@@ -221,6 +226,140 @@ class _Collector:
                     kind=CANDIDATE_KIND[kind], ref_id=ref_id, tier=TIER_OF[kind]
                 )
             cand.add(channel, rank, score)
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """What a query's channels depend on: the text, the caller's namespace, the kinds searched, the allowed
+    channels and the vector pool size. Nothing about the routed episode: that only decides which of the
+    channels' finds are eligible (hydration)."""
+
+    text: str
+    owner: OwnerFilter | None
+    kinds: tuple[str, ...]
+    allowed: frozenset[str] | None
+    pool: int
+
+    def serves(self, other: ChannelSpec) -> bool:
+        """Whether a run for this spec found everything a run for `other` would (its kinds included)."""
+        return (
+            self.text == other.text
+            and self.owner == other.owner
+            and self.allowed == other.allowed
+            and self.pool >= other.pool
+            and set(other.kinds) <= set(self.kinds)
+        )
+
+
+class ChannelRun:
+    """Every channel of one query: the keyword channels (one worker-thread hop), the query embedding and then
+    the vector channels, concurrently; finds accumulate in `collector` as each part finishes.
+
+    `turn.start` starts a run before the turn is routed (for a session whose namespace it knows), so the
+    channels overlap the routing write instead of waiting for it; retrieval then waits for the run with its
+    own deadline and uses what it has found by then (`degraded` says what was missing).
+    """
+
+    def __init__(self, retriever: Retriever, spec: ChannelSpec, query_vector: QueryVector | None = None) -> None:
+        self.spec = spec
+        self._query_vector = query_vector if query_vector is not None and query_vector.text == spec.text else None
+        self.collector = _Collector()
+        self.degraded: list[str] = []
+        self.tier_ms: dict[int, float] = {}
+        self.query_vec: np.ndarray | None = None
+        self._retriever = retriever
+        self._done = anyio.Event()
+        self.started = False
+
+    def start(self, group: anyio.abc.TaskGroup) -> None:
+        self.started = True
+        group.start_soon(self.run)
+
+    async def wait(self) -> None:
+        await self._done.wait()
+
+    async def run(self) -> None:
+        self.started = True
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._keywords)  # they need no query vector: they run while it embeds
+                self.query_vec = await self._embed()
+                if self.query_vec is not None:
+                    await self._vectors(self.query_vec)
+        finally:
+            self._done.set()
+
+    def _add_time(self, kind: str, seconds: float) -> None:
+        tier = TIER_OF[kind]
+        self.tier_ms[tier] = self.tier_ms.get(tier, 0.0) + seconds * 1000
+
+    async def _keywords(self) -> None:
+        spec = self.spec
+        keywords = keyword_query(spec.text)
+        signatures = extract_error_signatures([spec.text], 6)
+        jobs = [
+            (kind, name, call)
+            for kind in spec.kinds
+            for name, call in self._retriever._channels(kind, keywords, signatures, spec.owner, spec.allowed)
+        ]
+        if not jobs:
+            return
+
+        def run_sql(db: Session) -> list[tuple[str, str, list[tuple[str, float]] | None, float]]:
+            """Every keyword channel in ONE worker-thread hop (dozens of hops cost more than the SQL)."""
+            out: list[tuple[str, str, list[tuple[str, float]] | None, float]] = []
+            for kind, name, call in jobs:
+                started = time.perf_counter()
+                try:
+                    out.append((kind, name, call(db), time.perf_counter() - started))
+                except Exception:
+                    log.exception("retrieval channel %s/%s failed", kind, name)
+                    out.append((kind, name, None, time.perf_counter() - started))
+            return out
+
+        for kind, name, found, seconds in await self._retriever._db.read(run_sql, abandon_on_cancel=True):
+            self._add_time(kind, seconds)
+            if found is None:
+                self.degraded.append(f"{kind}:{name}")
+            else:
+                self.collector.record(kind, name, found)
+
+    async def _embed(self) -> np.ndarray | None:
+        allowed = self.spec.allowed
+        if allowed is not None and not (allowed & fusion.VECTOR_CHANNELS):
+            return None
+        try:
+            if self._query_vector is not None:
+                return await self._query_vector.wait()
+            return np.asarray((await self._retriever._embedder.embed([self.spec.text], role="query"))[0])
+        except MemosError as exc:
+            self.degraded.append(f"embedding:{exc.code.value}")  # keyword channels still run
+            return None
+
+    async def _vectors(self, query_vec: np.ndarray) -> None:
+        """Every vector channel of the plan (traces: summary and action vectors; others: one vector)."""
+        spec = self.spec
+        settings = self._retriever._settings
+        jobs = [
+            VectorJob(kind, field, spec.pool, WORLD_MIN_SIM if kind == "world_model" else settings.min_trace_sim)
+            for kind in spec.kinds
+            for field in VECTOR_FIELDS[kind]
+            if spec.allowed is None or field in spec.allowed
+        ]
+        if not jobs:
+            return
+        started = time.perf_counter()
+        try:
+            results = await self._retriever._vectors.search_many(jobs, query_vec, spec.owner)
+        except Exception:
+            log.exception("vector channels failed")
+            self.degraded.extend(f"{job.kind}:{job.field}" for job in jobs)
+            return
+        for job, found in zip(jobs, results, strict=True):
+            self._add_time(job.kind, (time.perf_counter() - started) / len(jobs))
+            if found:
+                floor = max(job.min_score or 0.0, found[0][1] * 0.45)  # adaptive: far below the best is noise
+                self.collector.record(job.kind, job.field, [(i, score) for i, score in found if score >= floor])
 
 
 class Retriever:
@@ -253,10 +392,13 @@ class Retriever:
         injection: InjectionPlan | None = None,
         query_vector: QueryVector | None = None,
         repairs: list[dto.RepairDTO] | None = None,
+        channels: ChannelRun | None = None,
     ) -> dto.RetrievalResultDTO:
         """Retrieve for `query`; `injection` (from the intent scheduler) may skip retrieval or narrow the tiers;
         `query_vector`, when started by the caller for the same `retrieval_text`, replaces the embedding;
-        `repairs` (the session's fresh decision repairs) are rendered first as decision guidance."""
+        `channels`, a run the caller started early (`turn_start_channels`), replaces running them when it
+        serves this query; `repairs` (the session's fresh decision repairs) are rendered first as decision
+        guidance."""
         started = time.perf_counter()
         remaining_s = (deadline_at - now_ms()) / 1000
         stats = dto.RetrievalStatsDTO(scenario=injection.scenario if injection else None)
@@ -273,7 +415,7 @@ class Retriever:
             try:
                 with anyio.fail_after(remaining_s):
                     hits, context, found, latency = await self._retrieve(
-                        query, owner, visible, top_k, injection, deadline_at, query_vector, repairs or []
+                        query, owner, visible, top_k, injection, deadline_at, query_vector, repairs or [], channels
                     )
                 found.scenario = stats.scenario
                 stats = found
@@ -295,6 +437,21 @@ class Retriever:
         return dto.RetrievalResultDTO(
             query=query, hits=hits, injected_context=context, tier_latency_ms=latency, stats=stats
         )
+
+    def turn_start_channels(
+        self, text: str, owner: OwnerFilter | None, tiers: frozenset[int], query_vector: QueryVector | None
+    ) -> ChannelRun:
+        """An unstarted run of a `turn.start` query's channels over `tiers` (a retrieval of any entry point
+        with the same text, namespace and no more tiers is served by it)."""
+        plan = plan_for("turn_start", self._settings)
+        spec = ChannelSpec(
+            text=retrieval_text(text),
+            owner=owner,
+            kinds=tuple(kind for kind, tier in TIER_OF.items() if tier in plan.caps and tier in tiers),
+            allowed=None,
+            pool=pool_size(plan),
+        )
+        return ChannelRun(self, spec, query_vector)
 
     async def search(self, params: dto.MemorySearchParams, owner: OwnerFilter | None) -> dto.RetrievalResultDTO:
         query = dto.RetrievalQueryDTO(
@@ -323,6 +480,7 @@ class Retriever:
         deadline_at: int | None = None,
         query_vector: QueryVector | None = None,
         repairs: list[dto.RepairDTO] | None = None,
+        channels: ChannelRun | None = None,
     ) -> tuple[list[dto.RetrievalHitDTO], str, dto.RetrievalStatsDTO, dto.TierLatencyDTO]:
         text = retrieval_text(query.query)
         plan = plan_for(query.reason or "turn_start", self._settings, top_k)
@@ -335,59 +493,34 @@ class Retriever:
         if personal:  # a personal fact lives in what was said, not in how a tool was used
             allowed = (allowed or ALL_CHANNELS) - {"vec_action"}
         stats = dto.RetrievalStatsDTO()
-        collector = _Collector()
         keywords = keyword_query(text)
-        signatures = extract_error_signatures([text], 6)
-        pool = max(max(plan.caps.values(), default=0) * 4, 20)
-        tier_ms: dict[int, float] = {}
-        kinds = [kind for kind, tier in TIER_OF.items() if tier in plan.caps]
-        sql_jobs: list[tuple[str, str, SqlCall]] = []
-        for kind in kinds:
-            sql_jobs += [
-                (kind, name, call) for name, call in self._channels(kind, keywords, signatures, owner, allowed)
-            ]
-
-        def add_time(kind: str, seconds: float) -> None:
-            tier = TIER_OF[kind]
-            tier_ms[tier] = tier_ms.get(tier, 0.0) + seconds * 1000
-
-        def run_sql(db: Session) -> list[tuple[str, str, list[tuple[str, float]] | None, float]]:
-            """Every keyword channel in ONE worker-thread hop (dozens of hops cost more than the SQL)."""
-            out: list[tuple[str, str, list[tuple[str, float]] | None, float]] = []
-            for kind, name, call in sql_jobs:
-                started = time.perf_counter()
-                try:
-                    out.append((kind, name, call(db), time.perf_counter() - started))
-                except Exception:
-                    log.exception("retrieval channel %s/%s failed", kind, name)
-                    out.append((kind, name, None, time.perf_counter() - started))
-            return out
-
-        async def run_sqls() -> None:
-            if not sql_jobs:
-                return
-            for kind, name, found, seconds in await self._db.read(run_sql, abandon_on_cancel=True):
-                add_time(kind, seconds)
-                if found is None:
-                    stats.degraded.append(f"{kind}:{name}")
-                else:
-                    collector.record(kind, name, found)
-
-        query_vec: np.ndarray | None = None
+        spec = ChannelSpec(
+            text=text,
+            owner=owner,
+            kinds=tuple(kind for kind, tier in TIER_OF.items() if tier in plan.caps),
+            allowed=allowed,
+            pool=pool_size(plan),
+        )
+        early = channels is not None and channels.spec.serves(spec) and channels.started
+        run = channels if early and channels is not None else ChannelRun(self, spec, query_vector)
         # The channels get the deadline minus a reserve for hydration, ranking and rendering; when they run
         # out of time, what they have found so far is used (stats.degraded says so) instead of nothing.
         budget = None if deadline_at is None else (deadline_at - now_ms()) / 1000 - RENDER_RESERVE_S
         with anyio.move_on_after(budget) as channel_scope:
-            async with anyio.create_task_group() as group:
-                group.start_soon(run_sqls)  # keyword channels need no query vector: they run while it embeds
-                query_vec = await self._embed_query(text, allowed, stats, query_vector)
-                if query_vec is not None:
-                    await self._run_vectors(collector, kinds, query_vec, owner, pool, allowed, stats, add_time)
+            if early:
+                await run.wait()  # started next to the routing write (turn.start)
+            else:
+                await run.run()
         if channel_scope.cancelled_caught:
             stats.degraded.append("deadline:partial")
+        stats.degraded.extend(run.degraded)
+        tier_ms = run.tier_ms
+        query_vec = run.query_vec
+        planned = {CANDIDATE_KIND[kind] for kind in spec.kinds}
+        found = [c for c in run.collector.by_key.values() if c.kind in planned]
 
         links: list[tuple[str, str, str]] = []  # supersedes links, read with the rows (no extra hop)
-        candidates = await self._hydrate(list(collector.by_key.values()), owner, visible, plan, links)
+        candidates = await self._hydrate(found, owner, visible, plan, links)
         candidates = await self._follow_supersedes(candidates, links, owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)
         candidates = await self._roll_up_episodes(candidates, query_vec)
@@ -438,23 +571,6 @@ class Retriever:
             skill_mode=self._settings.skill_injection_mode,
         )
 
-    async def _embed_query(
-        self,
-        text: str,
-        allowed: frozenset[str] | None,
-        stats: dto.RetrievalStatsDTO,
-        query_vector: QueryVector | None,
-    ) -> np.ndarray | None:
-        if allowed is not None and not (allowed & fusion.VECTOR_CHANNELS):
-            return None
-        try:
-            if query_vector is not None and query_vector.started:
-                return await query_vector.wait()
-            return np.asarray((await self._embedder.embed([text], role="query"))[0])
-        except MemosError as exc:
-            stats.degraded.append(f"embedding:{exc.code.value}")  # keyword channels still run
-            return None
-
     def _channels(
         self,
         kind: str,
@@ -496,39 +612,6 @@ class Retriever:
         if allowed is not None:
             channels = [(name, call) for name, call in channels if name in allowed]
         return channels
-
-    async def _run_vectors(
-        self,
-        collector: _Collector,
-        kinds: list[str],
-        query_vec: np.ndarray,
-        owner: OwnerFilter | None,
-        pool: int,
-        allowed: frozenset[str] | None,
-        stats: dto.RetrievalStatsDTO,
-        add_time: Callable[[str, float], None],
-    ) -> None:
-        """Every vector channel of the plan (traces: summary and action vectors; others: one vector)."""
-        jobs = [
-            VectorJob(kind, field, pool, WORLD_MIN_SIM if kind == "world_model" else self._settings.min_trace_sim)
-            for kind in kinds
-            for field in VECTOR_FIELDS[kind]
-            if allowed is None or field in allowed
-        ]
-        if not jobs:
-            return
-        started = time.perf_counter()
-        try:
-            results = await self._vectors.search_many(jobs, query_vec, owner)
-        except Exception:
-            log.exception("vector channels failed")
-            stats.degraded.extend(f"{job.kind}:{job.field}" for job in jobs)
-            return
-        for job, found in zip(jobs, results, strict=True):
-            add_time(job.kind, (time.perf_counter() - started) / len(jobs))
-            if found:
-                floor = max(job.min_score or 0.0, found[0][1] * 0.45)  # adaptive: far below the best is noise
-                collector.record(job.kind, job.field, [(i, score) for i, score in found if score >= floor])
 
     # ------------------------------------------------------------ hydration and roll-ups
 

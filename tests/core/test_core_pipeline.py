@@ -164,3 +164,49 @@ async def test_concurrent_turn_ends_without_turn_start_keep_every_turn(core_fact
     assert sorted(t.user_text for t in timeline.traces) == sorted(f"dialogue line number {i}" for i in range(8))
     again = await _end(core, "se_a", episode, 500, userText="dialogue line number 3")  # a retry
     assert again.trace_id == results[3].trace_id
+
+
+async def test_a_known_sessions_channels_start_before_routing_and_serve_the_retrieval(
+    core_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memos_bridge.retrieval.engine import ChannelRun
+
+    core = await core_factory()
+    r1 = await _start(core, "se_a", "rotate the TLS certificates with certbot", 1)
+    await _end(core, "se_a", r1.query.episode_id or "", 2, agentText="Ran certbot renew and reloaded nginx.")
+    runs: list[ChannelRun] = []
+    original = ChannelRun.run
+
+    async def counted(self: ChannelRun) -> None:
+        runs.append(self)
+        await original(self)
+
+    monkeypatch.setattr(ChannelRun, "run", counted)
+    began: list[bool] = []
+    begin = core.turns._begin_turn_sync
+
+    def observed(db: Any, params: Any, decide: Any) -> Any:
+        began.append(bool(runs))  # were the channels already running when routing began?
+        return begin(db, params, decide)
+
+    monkeypatch.setattr(core.turns, "_begin_turn_sync", observed)
+    r2 = await _start(core, "se_b", "how did we renew the TLS certificates", 3 * HOUR)  # unknown session
+    assert began == [False] and len(runs) == 1  # channels waited for routing, ran once
+    r3 = await _start(core, "se_b", "and which command reloaded nginx after certbot", 3 * HOUR + 1)
+    assert began == [False, True] and len(runs) == 2  # started before routing, and not run a second time
+    assert r1.query.episode_id not in (r2.query.episode_id, r3.query.episode_id)
+    assert any(h.ref_kind == "trace" for h in r3.hits)  # the early run's finds reached the result
+
+
+async def test_a_stale_remembered_namespace_never_leaks_another_namespaces_memories(core_factory: Any) -> None:
+    from memos_bridge.storage.owner import OwnerFilter
+
+    core = await core_factory()
+    alice = {"profileId": "alice"}
+    r1 = await _start(core, "se_a", "rotate the TLS certificates with certbot", 1, namespace=alice)
+    secret = await _end(core, "se_a", r1.query.episode_id or "", 2, agentText="Ran certbot renew for alice.")
+    await _start(core, "se_b", "hello there, new project", 10, namespace={"profileId": "bob"})
+    core.turns._owners["se_b"] = OwnerFilter(agent_kind="t", profile_id="alice", workspace_id=None)  # stale
+    r2 = await _start(core, "se_b", "rotate the TLS certificates with certbot", 20, namespace={"profileId": "bob"})
+    assert secret.trace_id not in [h.ref_id for h in r2.hits]
+    assert "alice" not in r2.injected_context
