@@ -7,8 +7,11 @@ How Hermes' `agent.memory_provider.MemoryProvider` hooks (hermes-agent 0.19) map
 * `on_turn_start`: number the turn; flag Hermes' internal review/curator prompts; detect verifier/user
   feedback in the message and submit it, bound to the previous turn's episode and trace ids.
 * `prefetch`: `turn.start` with a `turnKey` and a `deadlineAt`, waiting at most `prefetch_timeout_s` (default
-  3 s; Hermes gives up at 8 s). The answer is cached per turn here and per `turnKey` in the service, so a
-  re-created agent gets the same block.
+  3 s; Hermes gives up at 8 s). The key is built from stable parts — session, the host's turn number, the
+  text's digest — so a re-created agent (the gateway builds one per message) shares this process's turn and
+  its pending call, and after a restart the service answers the same key from its stored result. A call that
+  outlives the wait is kept, not abandoned: its answer is served to the next ask of the same turn, or, if the
+  next turn's own recall is late too, to that turn (labelled as recalled for the previous message).
 * `sync_turn`: queued `turn.end` (never blocks the host) with the tool calls, results and reasoning read from
   `messages`; `turn.start` first if prefetch never ran.
 * `on_session_end`: queued `session.close` (fire-and-forget). `on_session_switch`: follow the new session id.
@@ -33,7 +36,6 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +47,14 @@ from memos_bridge_hermes import tools
 from memos_bridge_hermes.config import CONFIG_SCHEMA, AdapterConfig, load_config
 from memos_bridge_hermes.config import save_config as write_config
 from memos_bridge_hermes.feedback import FeedbackVerdict, detect_feedback
-from memos_bridge_hermes.runtime import HostLlm, Lease, Recall, SessionState, TurnEnd, acquire
+from memos_bridge_hermes.runtime import HostLlm, Lease, Recall, SessionState, TurnEnd, TurnState, acquire
 from memos_bridge_hermes.transcript import Delegation, content_text, extract_turn
 
 logger = logging.getLogger(__name__)
 
 PROVIDER_NAME = "memos-bridge"
 SHUTDOWN_DRAIN_S = 5.0
+LATE_RECALL_HEADER = "memos-bridge (recalled for your previous message; it arrived late):"
 FEEDBACK_SYNC_GRACE_S = 2.0
 """How long feedback waits for the previous turn's `sync_turn` to be *called* (the host queues it)."""
 
@@ -101,21 +104,6 @@ skills, distinct from the SKILL.md skills of the skills toolset), memos_feedback
 user's verdict with its evidence type), memos_pin (keep a memory the user asked to keep)."""
 
 
-@dataclass
-class TurnState:
-    """One user turn as this provider saw it."""
-
-    seq: int
-    user_text: str
-    started_ms: int
-    turn_key: str
-    internal: bool
-    recall: Future[Any] | None = None
-    episode_id: str | None = None
-    block: str | None = None
-    synced: bool = False
-
-
 class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent ships no type information
     """Hermes memory provider; register with `register(ctx)` (directory plugin) or the entry point."""
 
@@ -137,7 +125,12 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
         self._visible_since: int | None = None
         self.last_feedback: dict[str, Any] | None = None
         self.last_block = ""
-        self.stats: dict[str, int] = {"prefetch_timeouts": 0, "turns_ended": 0, "feedback_submitted": 0}
+        self.stats: dict[str, int] = {
+            "prefetch_timeouts": 0,
+            "late_recalls_served": 0,
+            "turns_ended": 0,
+            "feedback_submitted": 0,
+        }
 
     # ------------------------------------------------------------------ identity and setup
 
@@ -267,12 +260,29 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
 
     # ------------------------------------------------------------------ turns
 
-    def _new_turn(self, text: str) -> TurnState:
-        state = self._state()
-        seq = state.next_seq()
-        started = now_ms()
+    def _turn_key(self, state: SessionState, text: str, host_turn: int | None, seq: int) -> str:
+        """`hermes:<session>[:r<rewinds>]:t<host turn>:<digest>` — stable for one message at one position of the
+        session, whichever agent instance or process asks. Without a host turn number the position is this
+        runtime's own sequence number, prefixed by the runtime's instance id so a restart never reuses it."""
         digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
-        turn = TurnState(seq, text, started, f"hermes:{self._session_id}:{started}:{digest}", is_internal_prompt(text))
+        rewound = f"r{state.rewinds}:" if state.rewinds else ""
+        assert self._lease is not None
+        position = f"t{host_turn}" if host_turn else f"{self._lease.runtime.instance}-s{seq}"
+        return f"hermes:{self._session_id}:{rewound}{position}:{digest}"
+
+    def _new_turn(self, text: str, host_turn: int | None = None) -> TurnState:
+        state = self._state()
+        if host_turn:
+            shared = state.shared_turn(self._turn_key(state, text, host_turn, 0))
+            if shared is not None and not shared.synced:  # another agent instance is handling this message
+                if shared not in self._turns:
+                    self._turns.append(shared)
+                return shared
+        seq = state.next_seq()
+        turn = TurnState(
+            seq, text, now_ms(), self._turn_key(state, text, host_turn, seq), is_internal_prompt(text), host_turn
+        )
+        state.remember_turn(turn)
         self._turns.append(turn)
         if turn.internal or not self._writable():
             state.abandon(seq)
@@ -294,20 +304,25 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
             return self._new_turn(text)  # a host that does not call on_turn_start
 
     def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
+        """Number the turn with the host's own count (Hermes rebuilds it from the history for a re-created agent)."""
         if self._lease is None:
             return
+        host_turn = turn_number if isinstance(turn_number, int) and turn_number > 0 else None
         with self._lock:
-            self._new_turn(message if isinstance(message, str) else content_text(message))
+            self._new_turn(message if isinstance(message, str) else content_text(message), host_turn)
 
     def prefetch(self, query: str, *, session_id: str = "") -> str:
-        """Recall for this turn, waiting at most `prefetch_timeout_s` (the service stops at `deadlineAt`)."""
+        """Recall for this turn, waiting at most `prefetch_timeout_s` (the service stops at `deadlineAt`).
+
+        On timeout the call stays pending (its answer lands on the turn when it comes): a later ask of this turn
+        gets it at once, and the next turn gets it if its own recall is late too."""
         if self._lease is None or not query or not query.strip():
             return ""
         turn = self._turn_for(query)
         if turn.internal:
             return ""
         if turn.block is not None:
-            return turn.block
+            return self._deliver(turn)
         budget = self.config.prefetch_timeout_s
         if not self._writable():
             return self._search_block(turn, budget)
@@ -317,12 +332,36 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
             self._on_recall(turn, future)  # the done-callback may not have run yet when result() returns
         except FutureTimeout:
             self.stats["prefetch_timeouts"] += 1
-            logger.info("memos-bridge recall took over %.1fs; this turn goes without it", budget)
-            return ""
+            turn.timed_out = True
+            late = self._late_block(turn)
+            logger.info(
+                "memos-bridge recall took over %.1fs; the call stays pending for the next ask%s",
+                budget,
+                " (serving the previous message's late recall)" if late else "",
+            )
+            return late
         except Exception as exc:
             logger.warning("memos-bridge turn.start failed: %s", exc)
             return ""
+        return self._deliver(turn)
+
+    def _deliver(self, turn: TurnState) -> str:
+        with self._lock:
+            turn.delivered = bool(turn.block)
         return turn.block or ""
+
+    def _late_block(self, turn: TurnState) -> str:
+        """An earlier turn's recall that arrived after its prefetch gave up, never shown to the model."""
+        assert self._lease is not None
+        earlier = self._lease.runtime.session(self._session_id).late_block(turn.seq)
+        if earlier is None:
+            return ""
+        with self._lock:
+            if earlier.delivered:
+                return ""
+            earlier.delivered = True
+        self.stats["late_recalls_served"] += 1
+        return f"{LATE_RECALL_HEADER}\n{earlier.block}"
 
     def _start_turn(self, turn: TurnState, budget: float) -> Future[Any]:
         """Send `turn.start` once per turn (later callers share the same future)."""
@@ -611,6 +650,10 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
             changed = new_session_id != self._session_id
             self._session_id = new_session_id
             self._turns.clear()
+            if rewound and not changed:  # /undo: the next turn numbers name new turns
+                state = self._lease.runtime.session(new_session_id)
+                with state.condition:
+                    state.rewinds += 1
             if reset:
                 self._delegations.clear()
                 self._visible_since = None

@@ -11,9 +11,11 @@ The runtime also owns what must outlive a provider instance:
 
 * the `host.llm.complete` handler (the service's LLM stages run on the host's own model);
 * a keepalive thread (`core.ping`; a hung service is killed and respawned by the client's reconnect);
-* per-session state — the last recall (so a re-created agent can answer `on_pre_compress`), the results of
-  `turn.end` (so feedback in the next message binds to the episode and the trace ids it judges) — and one
-  ordered writer per session, so turn N's `turn.end` always lands before turn N+1's.
+* per-session state — the session's recent turns (so a re-created agent handling the same message shares the
+  turn, its pending `turn.start` and its block instead of recording the turn twice), the last recall (so a
+  re-created agent can answer `on_pre_compress`), the results of `turn.end` (so feedback in the next message
+  binds to the episode and the trace ids it judges) — and one ordered writer per session, so turn N's
+  `turn.end` always lands before turn N+1's.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -98,6 +101,29 @@ class TurnEnd:
 
 
 @dataclass
+class TurnState:
+    """One user turn of a session, shared by every provider instance of this process that handles it.
+
+    `turn_key` is built from stable parts only (session, rewind count, the host's turn number, the text's
+    digest; see `MemosBridgeProvider._turn_key`), so a re-created agent — in this process or after a restart —
+    sends the same key and the service answers from its stored result instead of recording the turn again.
+    """
+
+    seq: int
+    user_text: str
+    started_ms: int
+    turn_key: str
+    internal: bool
+    host_turn: int | None = None
+    recall: Future[Any] | None = None
+    episode_id: str | None = None
+    block: str | None = None
+    synced: bool = False
+    timed_out: bool = False  # a prefetch gave up waiting for this turn's `turn.start`
+    delivered: bool = False  # a prefetch returned this turn's block to the host
+
+
+@dataclass
 class Recall:
     """The last recall of a session (the block injected, and where `turn.start` routed the turn)."""
 
@@ -159,7 +185,29 @@ class SessionState:
     pending: set[int] = field(default_factory=set)
     recall: Recall | None = None
     opened: bool = False
+    rewinds: int = 0  # `/undo` truncations seen: a turn number after one names a different turn
+    turns: OrderedDict[str, TurnState] = field(default_factory=OrderedDict)
     condition: threading.Condition = field(default_factory=threading.Condition)
+
+    def shared_turn(self, turn_key: str) -> TurnState | None:
+        """The turn another provider instance already started under this key (same message, same position)."""
+        with self.condition:
+            return self.turns.get(turn_key)
+
+    def remember_turn(self, turn: TurnState) -> None:
+        with self.condition:
+            self.turns[turn.turn_key] = turn
+            self.turns.move_to_end(turn.turn_key)
+            while len(self.turns) > 16:
+                self.turns.popitem(last=False)
+
+    def late_block(self, before_seq: int) -> TurnState | None:
+        """The latest earlier turn whose recall arrived after its prefetch gave up and was never shown."""
+        with self.condition:
+            for turn in reversed(self.turns.values()):
+                if turn.seq < before_seq and turn.timed_out and turn.block and not turn.delivered:
+                    return turn
+            return None
 
     def next_seq(self) -> int:
         """Number a new user turn (monotonic for the session, whichever provider instance sees it)."""
@@ -219,6 +267,8 @@ class SharedRuntime:
     def __init__(self, config: AdapterConfig) -> None:
         self.config = config
         self.key = config.runtime_key
+        # Names this runtime in the turn keys of hosts that give no turn number (never reused by a restart).
+        self.instance = f"{os.getpid():x}.{time.time_ns() // 1_000_000:x}"
         self.leases = 0
         self.closed = False
         self.host_llm: HostLlm = hermes_host_llm
