@@ -10,7 +10,8 @@ exits by itself when its stdin closes, so even a crashed host leaves no orphan.
 The runtime also owns what must outlive a provider instance:
 
 * the `host.llm.complete` handler (the service's LLM stages run on the host's own model);
-* a keepalive thread (`core.ping`; a hung service is killed and respawned by the client's reconnect);
+* a keepalive thread (`core.health` every `keepalive_s`; two unanswered probes in a row mean the service is
+  hung — alive but not answering — so a spawned one is killed and the client's reconnect respawns it);
 * per-session state — the session's recent turns (so a re-created agent handling the same message shares the
   turn, its pending `turn.start` and its block instead of recording the turn twice), the last recall (so a
   re-created agent can answer `on_pre_compress`), the results of `turn.end` (so feedback in the next message
@@ -44,6 +45,10 @@ HostLlm = Callable[[dict[str, Any]], dict[str, Any]]
 `{text, model?, usage?}`."""
 
 PLUGIN_ID = "memos-bridge"
+MIN_PROBE_TIMEOUT_S = 2.0
+"""A keepalive probe waits at least this long: a busy two-core laptop must not look like a hung service."""
+FIRST_PROBE_TIMEOUT_S = 30.0
+"""The first probe also waits for the service to start (it loads the embedding model)."""
 
 
 def hermes_host_llm(params: dict[str, Any]) -> dict[str, Any]:
@@ -273,6 +278,8 @@ class SharedRuntime:
         self.closed = False
         self.host_llm: HostLlm = hermes_host_llm
         self.health: dict[str, Any] | None = None
+        self.probes = 0  # keepalive probes answered
+        self.restarts = 0  # hung services killed by the keepalive
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
         self._stop = threading.Event()
@@ -319,29 +326,35 @@ class SharedRuntime:
             state.writer.submit(partial(self.client.session_open, self.config.agent, session_id=state.session_id))
 
     def _keepalive_loop(self) -> None:
+        """Probe with `core.health` every `keepalive_s` (the issue's keepalive; as cheap as `core.ping` —
+        counters and a cached schema version — and it keeps `self.health` current: learning queue, embedder,
+        LLM usage). A probe right after a (re)start may wait `FIRST_PROBE_TIMEOUT_S` for the model to load."""
         misses = 0
-        first = True
-        while not self._stop.wait(0 if first else self.config.keepalive_s):
+        starting = True
+        delay = 0.0
+        while not self._stop.wait(delay):
+            delay = self.config.keepalive_s
+            timeout = FIRST_PROBE_TIMEOUT_S if starting else max(self.config.keepalive_s, MIN_PROBE_TIMEOUT_S)
             try:
-                if first:
-                    self.health = self.client.core_health(timeout=max(self.config.keepalive_s, 30.0))
-                    first = False
-                else:
-                    self.client.core_ping(timeout=self.config.keepalive_s)
+                self.health = self.client.core_health(timeout=timeout)
+                self.probes += 1
                 misses = 0
+                starting = False
             except CallTimeout:
                 misses += 1
                 if misses >= 2 and self.client.process is not None:
                     logger.warning("memos-bridge did not answer two keepalives; restarting it")
                     with contextlib.suppress(OSError):
                         self.client.process.kill()  # the next call respawns it
+                    self.restarts += 1
                     misses = 0
+                    starting = True
             except (TransportClosed, OSError) as exc:
                 logger.warning("memos-bridge keepalive: %s", exc)
-                first = False
+                starting = True  # the next probe reconnects (respawns) first
             except Exception as exc:  # an RpcError here means the service answered: it is alive
                 logger.debug("memos-bridge keepalive answered with an error: %s", exc)
-                first = False
+                starting = False
 
     # ------------------------------------------------------------------ lifetime
 

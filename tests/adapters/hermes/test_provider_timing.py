@@ -9,11 +9,15 @@ releases it — what a busy service looks like from the host):
 * two provider instances on one session (the gateway builds an agent per message) share the turn: one
   `turn.start`, the same block, one `turn.end`, and feedback handled by a third instance binds to the steps;
   after a restart the same message gets the service's stored answer (the `turnKey` has no timestamp);
+* `sync_turn` and `on_session_end` return at once while `turn.end` / `session.close` are held;
+* the keepalive probes with `core.health`, and a hung (stopped) service is killed and respawned.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -225,3 +229,55 @@ def test_two_agents_on_one_session_share_the_turn_and_feedback_binds_across_them
     assert again.prefetch(NEXT) == block
     assert rewatch.results["turn.start"][0] == original  # the stored answer, latencies and all: not recomputed
     again.shutdown()
+
+
+def test_sync_turn_and_session_end_never_block_the_host(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = _provider(home, "timing-writes", prefetch_timeout_s=7)
+    provider.on_turn_start(1, TASK)
+    provider.prefetch(TASK)
+    held = HeldAnswers(_client(provider), {"turn.end", "session.close"})
+    monkeypatch.setattr(_client(provider), "call_async", held)
+
+    _, took = _timed(
+        lambda: provider.sync_turn(TASK, REPLY, session_id=provider.session_id, messages=_messages(TASK, REPLY))
+    )
+    assert took < 0.2
+    _, took = _timed(lambda: provider.on_session_end([]))
+    assert took < 0.2
+    _eventually(lambda: held.sent["turn.end"] == 1)
+    assert not provider.flush(0.5)  # the writes are really waiting on the held answers
+    assert held.sent["session.close"] == 0  # queued behind turn.end, in order
+
+    held.release()
+    assert provider.flush(60)
+    assert held.sent["session.close"] == 1 and provider.stats["turns_ended"] == 1
+    episodes = _client(provider).memory_list_episodes(session_id="timing-writes")["episodes"]
+    assert episodes and all(episode["status"] == "closed" for episode in episodes)
+    provider.shutdown()
+
+
+def test_keepalive_probes_with_core_health_and_restarts_a_hung_service(home: Path, tmp_path: Path) -> None:
+    provider = _provider(home, "timing-keepalive", home=str(tmp_path / "own-home"), keepalive_s=0.5)
+    assert provider._lease is not None
+    runtime = provider._lease.runtime
+    _eventually(lambda: runtime.probes >= 2)
+    assert runtime.health is not None and runtime.health["ok"] is True and "learning" in runtime.health
+    process = runtime.client.process
+    assert process is not None
+
+    os.kill(process.pid, signal.SIGSTOP)  # alive but answering nothing: a hung service
+    try:
+        _eventually(lambda: runtime.restarts == 1, timeout=30)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    probes = runtime.probes
+    _eventually(lambda: runtime.probes > probes)  # the respawned service answers the keepalive
+    assert runtime.client.process is not None and runtime.client.process.pid != process.pid
+    assert runtime.client.reconnects == 1
+    provider.on_turn_start(1, TASK)
+    provider.prefetch(TASK)
+    provider.sync_turn(TASK, REPLY, session_id=provider.session_id, messages=_messages(TASK, REPLY))
+    assert provider.flush(60) and provider.stats["turns_ended"] == 1
+    provider.shutdown()
