@@ -1,5 +1,6 @@
-"""The async client (anyio) against a real spawned service: typed calls, async and blocking host handlers,
-ordered events delivered off the reader, per-call timeouts, and respawn with a clear error for in-flight calls."""
+"""The async client (anyio) against a real spawned service and a TCP daemon: typed calls, async and blocking host
+handlers, ordered events delivered off the reader, per-call timeouts, respawn / reconnect (re-authenticating)
+with a clear error for in-flight calls."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from memos_bridge.aclient import AsyncServiceClient
 from memos_bridge.client import CallTimeout, RpcError, TransportClosed
+from tests.test_client import _start_daemon
 
 pytestmark = pytest.mark.anyio
 AGENT = "aclient-tests"
@@ -117,3 +119,51 @@ async def test_respawn_after_the_service_dies(tmp_path: Path) -> None:
         assert client.reconnects == 1 and reconnected == [1]
     with pytest.raises(TransportClosed):
         await client.core_ping()
+
+
+async def test_tcp_authenticates_fails_in_flight_calls_and_reconnects_to_a_restarted_daemon(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc, port = _start_daemon(home, "s3cret")
+    try:
+        async with AsyncServiceClient.tcp("127.0.0.1", port, token="s3cret") as client:
+            session = (await client.session_open(AGENT))["sessionId"]
+            entered = anyio.Event()
+
+            async def stuck(params: dict[str, Any]) -> dict[str, Any]:
+                entered.set()
+                await anyio.sleep(60)
+                return {"text": "never"}
+
+            client.on_request("host.llm.complete", stuck)
+            failure: list[BaseException] = []
+
+            async def in_flight() -> None:
+                try:
+                    await client.llm_test(prompt="hang")
+                except TransportClosed as exc:
+                    failure.append(exc)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(in_flight)
+                with anyio.fail_after(20):
+                    await entered.wait()
+                proc.kill()  # the daemon dies with llm.test in flight
+                proc.wait(timeout=30)
+            (error,) = failure
+            assert isinstance(error, TransportClosed) and error.in_flight and error.method == "llm.test"
+            with anyio.fail_after(10):
+                while client.connected:
+                    await anyio.sleep(0.05)
+            proc, _ = _start_daemon(home, "s3cret", port)
+            # reconnects and re-authenticates (an unauthenticated call would answer "unauthorized")
+            assert (await client.session_open(AGENT, session_id=session))["sessionId"] == session
+            assert client.reconnects == 1
+        with pytest.raises(TransportClosed):
+            await client.core_ping()  # closed by the context manager: no silent reconnect
+        with pytest.raises(RpcError) as err:
+            async with AsyncServiceClient.tcp("127.0.0.1", port, token="wrong", reconnect=False):
+                pass
+        assert err.value.memos_code == "unauthorized"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
