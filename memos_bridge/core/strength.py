@@ -40,6 +40,7 @@ from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core import strength_rules as rules
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.namespace import read_filter
+from memos_bridge.storage import hotpath
 from memos_bridge.storage.models import (
     AuditEventRow,
     EpisodeRow,
@@ -254,25 +255,8 @@ class StrengthService:
             return None
         now = self.ctx.clock()
 
-        def touch(db: Session, model: Any, where: ColumnElement[bool]) -> None:
-            db.execute(
-                update(model)
-                .where(where)
-                .values(access_count=model.access_count + 1, last_accessed_at=now)
-                .execution_options(synchronize_session=False)
-            )
-
         def write(db: Session) -> None:
-            for kind, refs in ids.items():
-                model = SEARCHABLE_MODELS[kind]
-                touch(db, model, model.id.in_(refs))
-            if episodes:
-                direct = ids.get("trace", [])
-                touch(
-                    db,
-                    TraceRow,
-                    and_(TraceRow.episode_id.in_(episodes), TraceRow.archived_at.is_(None), TraceRow.id.not_in(direct)),
-                )
+            hotpath.count_access(db, ids, episodes, now)
 
         return write
 

@@ -264,3 +264,32 @@ _TURN_ID_TAKEN = text("SELECT 1 FROM turns WHERE episode_id = :e AND turn_id = :
 def turn_id_taken(db: Session, episode_id: str, turn_id: int) -> bool:
     """Whether a user turn of the episode already has this turn id."""
     return db.execute(_TURN_ID_TAKEN, {"e": episode_id, "t": turn_id}).first() is not None
+
+
+# ------------------------------------------------------------------------------------------ access counts
+
+
+@functools.cache
+def _touch_statement(kind: str) -> TextClause:
+    table = SEARCHABLE_TABLES[kind].name
+    return text(
+        f'UPDATE "{table}" SET access_count = access_count + 1, last_accessed_at = :now WHERE id IN :ids'
+    ).bindparams(bindparam("ids", expanding=True))
+
+
+_TOUCH_EPISODE_STEPS = text(
+    "UPDATE traces SET access_count = access_count + 1, last_accessed_at = :now "
+    "WHERE episode_id IN :episodes AND archived_at IS NULL AND id NOT IN :direct"
+).bindparams(bindparam("episodes", expanding=True), bindparam("direct", expanding=True))
+
+
+def count_access(db: Session, ids_by_kind: dict[str, list[str]], episode_ids: Sequence[str], now: int) -> None:
+    """One access more for each recalled memory (by kind) and for every live step of each recalled
+    roll-up's episode (steps recalled directly are not counted twice). Recall counts access, never
+    strength (core/strength.py). Runs after every `turn.start`, so its statements are cached."""
+    for kind, ids in ids_by_kind.items():
+        if ids:
+            db.execute(_touch_statement(kind), {"ids": list(ids), "now": now})
+    if episode_ids:
+        direct = ids_by_kind.get("trace") or [""]  # NOT IN () is invalid SQL; "" is no trace id
+        db.execute(_TOUCH_EPISODE_STEPS, {"episodes": list(episode_ids), "direct": list(direct), "now": now})
