@@ -274,7 +274,7 @@ class TurnService:
             deadline_at=params.deadline_at,
         )
         if self._settings.retrieval.intent_llm and not self._settings.lightweight and self._llm.available():
-            intent = await classify_intent(params.user_text, self._llm)
+            intent = await classify_intent(params.user_text, self._llm, episode_id=begun.episode_id)
         else:
             intent = classify_intent_heuristic(params.user_text)
         relation = begun.relation.relation if begun.relation is not None else None

@@ -540,6 +540,7 @@ class Retriever:
                 min_candidates=self._settings.llm_filter_min_candidates,
                 timeout_s=min(self._settings.llm_filter_timeout_ms / 1000, left_s),
                 rrf_k=rrf_k,
+                episode_id=query.episode_id,
             )
             picked = outcome.kept
             stats.llm_filter = outcome.source

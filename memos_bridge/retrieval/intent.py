@@ -385,11 +385,18 @@ def _llm_available(llm: LLMProvider) -> bool:
         return False
 
 
-async def classify_intent(text: str, llm: LLMProvider | None, *, timeout_s: float = DEFAULT_INTENT_TIMEOUT_S) -> Intent:
+async def classify_intent(
+    text: str,
+    llm: LLMProvider | None,
+    *,
+    timeout_s: float = DEFAULT_INTENT_TIMEOUT_S,
+    episode_id: str | None = None,
+) -> Intent:
     """Heuristics first; ask the LLM only when they are weak; fall back to them on any LLM failure.
 
     The call goes through the `LLMFacade` (a bare provider is wrapped in one), which bounds it by
-    `timeout_s`, validates the answer and retries once on malformed output. Never raises (except
+    `timeout_s`, validates the answer and retries once on malformed output; `episode_id` (the turn's
+    episode) counts it against that episode's LLM budget like the learning stages' calls. Never raises (except
     cancellation from the caller, which must propagate): a broken or slow LLM must not cost the user
     their turn, and the heuristic answer is always a usable default.
     """
@@ -403,6 +410,7 @@ async def classify_intent(text: str, llm: LLMProvider | None, *, timeout_s: floa
             INTENT_CLASSIFY,
             {"text": text.strip()[:_LLM_MAX_INPUT_CHARS]},
             op=INTENT_OP,
+            episode_id=episode_id,
             timeout_ms=max(1, int(timeout_s * 1000)),
         )
     except MemosError as exc:  # unavailable, timeout, malformed twice, budget, circuit open: same fallback

@@ -114,7 +114,10 @@ async def llm_filter(
     min_candidates: int,
     timeout_s: float,
     rrf_k: int,
+    episode_id: str | None = None,
 ) -> FilterOutcome:
+    """The model's selection among `candidates`, or the score cutoff when it fails; `episode_id` (the turn's
+    episode) counts the call against that episode's LLM budget."""
     if llm is None or not llm.available() or len(candidates) < min_candidates or timeout_s <= 0:
         return FilterOutcome(candidates, "passthrough", reason="no llm or too few candidates")
     try:
@@ -122,6 +125,7 @@ async def llm_filter(
             RETRIEVAL_FILTER,
             prompt_variables(query, candidates),
             op=FILTER_OP,
+            episode_id=episode_id,
             timeout_ms=max(1, int(timeout_s * 1000)),
         )
     except MemosError as exc:

@@ -17,7 +17,8 @@ Two triggers (reference §6.9; the reference's failure trigger was unreachable o
   background.
 
 Evidence, the value guard and the template wording are the pure rules of `repair_rules.py`. The LLM
-(`DECISION_REPAIR`) words a burst's repair when `ctx.llm_ready(...)` and `use_llm`; any `MemosError` (none
+(`DECISION_REPAIR`) words a burst's repair when `ctx.llm_ready(...)` and `use_llm` (never in lightweight mode,
+where `tool.outcome` still records outcomes and returns template repairs); any `MemosError` (none
 configured, budget, breaker, malformed twice) falls back to the template, and an empty field the LLM leaves
 is taken from the template too.
 
@@ -318,6 +319,9 @@ class RepairService:
     def __init__(self, ctx: LearningContext) -> None:
         self.ctx = ctx
         self.settings = ctx.settings.learning.repair
+        #: Lightweight mode (capture + retrieval at the minimum cost) keeps the repairs, which cost no LLM
+        #: call with the templates, but never asks the LLM to word them.
+        self.use_llm = self.settings.use_llm and not ctx.settings.lightweight
         self.windows = OutcomeWindows(self.settings.failure_window)
         self._in_flight: set[tuple[str, str]] = set()
         # Sessions whose repairs were read once, and the newest repair each has (kept current by `_announce`,
@@ -460,7 +464,7 @@ class RepairService:
         repair is gone; the template wording then simply stays. Attached policies get the new lines in
         place of the old ones."""
         row = await self.ctx.db.read(lambda db: db.get(DecisionRepairRow, repair_id))
-        if row is None or not self.ctx.llm_ready(row.episode_id, self.settings.use_llm):
+        if row is None or not self.ctx.llm_ready(row.episode_id, self.use_llm):
             return None
         trace_ids = [*row.low_value_traces_json, *row.high_value_traces_json]
 
@@ -565,7 +569,7 @@ class RepairService:
         self, episode_id: str | None, template: Wording, failures: str, successes: str, correction: str
     ) -> Wording:
         """The LLM's wording when it is ready and answers; `template` otherwise (and for any empty field)."""
-        if not self.ctx.llm_ready(episode_id, self.settings.use_llm):
+        if not self.ctx.llm_ready(episode_id, self.use_llm):
             return template
         try:
             answer: RepairOutput = await self.ctx.llm.complete_json(
