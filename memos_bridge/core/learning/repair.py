@@ -319,15 +319,18 @@ class RepairService:
     def __init__(self, ctx: LearningContext) -> None:
         self.ctx = ctx
         self.settings = ctx.settings.learning.repair
-        #: Lightweight mode (capture + retrieval at the minimum cost) keeps the repairs, which cost no LLM
-        #: call with the templates, but never asks the LLM to word them.
-        self.use_llm = self.settings.use_llm and not ctx.settings.lightweight
         self.windows = OutcomeWindows(self.settings.failure_window)
         self._in_flight: set[tuple[str, str]] = set()
         # Sessions whose repairs were read once, and the newest repair each has (kept current by `_announce`,
         # which every new or reworded repair goes through): most turns then need no read at all.
         self._guidance_known: set[str] = set()
         self._newest_repair: dict[str, int] = {}
+
+    @property
+    def use_llm(self) -> bool:
+        """Whether repairs may be worded by the LLM: lightweight mode (capture + retrieval at the minimum cost)
+        keeps the repairs, which cost no LLM call with the templates, but never asks the LLM to word them."""
+        return self.settings.use_llm and not self.ctx.settings.lightweight
 
     # ------------------------------------------------------------------------------ tool.outcome
 
