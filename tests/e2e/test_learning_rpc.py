@@ -148,3 +148,24 @@ def test_a_respawned_service_learns_from_the_episode_a_crash_left_open(home: Pat
         # the host comes back to the recent one in its session: it continues
         again = _start(client, other, "also enable gzip for the proxy", now)
         assert again["query"]["episodeId"] == recent["episodeId"]
+
+
+def test_without_an_llm_consistent_success_makes_an_active_policy(home: Path) -> None:
+    """No LLM, no feedback: three sessions of the same successful task. The rule inducer drafts a policy from
+    the first and the transcript heuristic scores each +0.1; the gain, measured on that scale, promotes it."""
+    task = "Parse holdings.xml and write the total market value per issuer to answers.json"
+    steps = [
+        {"name": "read_file", "input": {"path": "holdings.xml"}, "output": "<infoTable>...</infoTable>"},
+        {"name": "bash", "input": {"cmd": "python sum.py holdings.xml"}, "output": "12 issuers summed"},
+        {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"},
+    ]
+    with ServiceClient.spawn(home, env={"MEMOS_BRIDGE_LLM__PROVIDER": "none"}) as client:
+        for run in range(3):
+            session = client.call("session.open", {"agent": AGENT})["sessionId"]
+            ts = 1_000_000 + run * 10_000_000
+            episode = _start(client, session, task, ts)["query"]["episodeId"]
+            _end(client, session, episode, ts + 5_000, agentText="Summed the values per issuer.", toolCalls=steps)
+            client.call("session.close", {"sessionId": session}, timeout=60)
+            assert _episode(client, episode)["rTask"] == pytest.approx(0.1)
+        (policy,) = client.call("memory.list_policies", {})["policies"]
+        assert policy["status"] == "active" and policy["support"] >= 3 and policy["gain"] >= 0.02

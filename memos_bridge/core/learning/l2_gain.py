@@ -6,7 +6,13 @@ not in play. Gain is the difference of their values, made robust for the small s
 
 * `W` — softmax(V/τ)-weighted mean of the with-set when it has ≥ 3 traces (its best applications count
   most: a policy is judged by what it achieves when it fits), else the plain mean;
-* `baseline = clamp(mean V of with ∪ without, 0.2, 0.5)` — what an ordinary step of these episodes is worth;
+* `baseline = clamp(mean V of with ∪ without, 0.2·s, 0.5·s)` — what an ordinary step of these episodes is
+  worth, where `s` is the best reward the episodes' scoring can express (`reward_scale`). The reference
+  clamps to [0.2, 0.5] because its rewards span [−1, 1] (LLM axes, verifier, feedback); without an LLM or a
+  verdict the transcript heuristic scores a success +0.1 at most, so a fixed floor of 0.2 made every gain
+  negative and no policy ever became active. Scaling the clamp keeps the reference's bar ("beat an
+  ordinary step, and at least 20 % of a full success") on the heuristic's own scale, while the gain itself
+  stays in value units (small evidence, small gain);
 * `without* = (mean_without·n + baseline·5)/(n + 5)` — shrinkage with pseudo-count 5, so two lucky or
   unlucky neighbouring steps cannot make the contrast look decisive;
 * `raw = W − without*`; `gain = α·raw + (1−α)·previous` (EMA, α = `gain_ema_alpha`), except for a policy
@@ -21,11 +27,12 @@ Everything here is pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from memos_bridge.config import L2Settings
+from memos_bridge.core.reward import HEURISTIC_FINAL_SUCCESS
 
 #: Softmax temperature of the with-set mean (reference: the reward τ, 0.5).
 TAU: Final = 0.5
@@ -65,6 +72,16 @@ def with_set_mean(values: Sequence[float], tau: float = TAU) -> float:
     return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
 
 
+def reward_scale(sources: Iterable[str | None]) -> float:
+    """The best reward the scoring of some episodes can express, from their reward sources: the transcript
+    heuristic's success value when every one was scored by the heuristic, else 1 (a verifier, the LLM or
+    explicit feedback can give a full ±1; one such episode puts the evidence on that scale)."""
+    known = [source for source in sources if source]
+    if known and all(source == "heuristic" for source in known):
+        return HEURISTIC_FINAL_SUCCESS
+    return 1.0
+
+
 def compute_gain(
     with_values: Sequence[float],
     without_values: Sequence[float],
@@ -72,11 +89,13 @@ def compute_gain(
     previous_gain: float,
     previous_support: int,
     ema_alpha: float,
+    scale: float = 1.0,
 ) -> GainResult:
-    """One gain update (see the module docstring for the formula and why)."""
+    """One gain update (see the module docstring for the formula and why); `scale` from `reward_scale`."""
     with_mean = with_set_mean(with_values)
     union = [*with_values, *without_values]
-    baseline = min(BASELINE_MAX, max(BASELINE_MIN, sum(union) / len(union))) if union else BASELINE_MIN
+    low, high = BASELINE_MIN * scale, BASELINE_MAX * scale
+    baseline = min(high, max(low, sum(union) / len(union))) if union else low
     n = len(without_values)
     without_mean = sum(without_values) / n if n else None
     without_shrunk = ((without_mean or 0.0) * n + baseline * SHRINK_PSEUDO_COUNT) / (n + SHRINK_PSEUDO_COUNT)

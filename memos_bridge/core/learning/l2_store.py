@@ -19,7 +19,13 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from memos_bridge.config import L2Settings
-from memos_bridge.core.learning.l2_gain import STATUS_ARCHIVED, GainResult, compute_gain, next_status
+from memos_bridge.core.learning.l2_gain import (
+    STATUS_ARCHIVED,
+    GainResult,
+    compute_gain,
+    next_status,
+    reward_scale,
+)
 from memos_bridge.core.learning.l2_induce import PolicyDraft, PolicyText, TraceView, find_near_duplicate
 from memos_bridge.core.learning.l2_signature import pool_key
 from memos_bridge.ids import new_id
@@ -445,7 +451,13 @@ def _gain_state(db: Session, policy: PolicyRow, episode_id: str, now: int) -> tu
     return policy.gain, policy.support
 
 
-def _with_and_without(db: Session, policy_id: str, episode_id: str) -> tuple[list[float], list[float]]:
+def _reward_scale(db: Session, episode_ids: Sequence[str]) -> float:
+    """`reward_scale` of the episodes the gain's evidence comes from (their stored reward sources)."""
+    rows = db.execute(select(EpisodeRow.meta_json).where(EpisodeRow.id.in_(list(episode_ids))))
+    return reward_scale(((meta or {}).get("reward") or {}).get("source") for (meta,) in rows)
+
+
+def _with_and_without(db: Session, policy_id: str, episode_id: str) -> tuple[list[float], list[float], float]:
     links = db.execute(
         select(TraceRow.id, TraceRow.value, TraceRow.episode_id)
         .join(TracePolicyLinkRow, TracePolicyLinkRow.trace_id == TraceRow.id)
@@ -464,7 +476,7 @@ def _with_and_without(db: Session, policy_id: str, episode_id: str) -> tuple[lis
             .limit(WITHOUT_PER_EPISODE_CAP)
         ).all()
         without.extend(float(value) for (value,) in rows)
-    return [float(value) for _, value, _ in links], without
+    return [float(value) for _, value, _ in links], without, _reward_scale(db, episodes)
 
 
 def update_gains(
@@ -481,7 +493,7 @@ def update_gains(
         policy = _policy(db, policy_id)
         if policy is None or policy.status == STATUS_ARCHIVED:
             continue
-        with_values, without_values = _with_and_without(db, policy_id, episode_id)
+        with_values, without_values, scale = _with_and_without(db, policy_id, episode_id)
         if not with_values:
             continue
         previous_gain, previous_support = _gain_state(db, policy, episode_id, now)
@@ -491,6 +503,7 @@ def update_gains(
             previous_gain=previous_gain,
             previous_support=previous_support,
             ema_alpha=settings.gain_ema_alpha,
+            scale=scale,
         )
         support = policy.support + new_links.get(policy_id, 0)
         previous_status = policy.status

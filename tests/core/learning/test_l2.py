@@ -26,7 +26,7 @@ from memos_bridge.core.events import EventBus
 from memos_bridge.core.learning import l2_store
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.l2 import L2Report, l2_stage, run_l2
-from memos_bridge.core.learning.l2_gain import compute_gain, next_status, with_set_mean
+from memos_bridge.core.learning.l2_gain import compute_gain, next_status, reward_scale, with_set_mean
 from memos_bridge.core.learning.l2_induce import (
     PolicyDraft,
     PolicyText,
@@ -421,6 +421,26 @@ def test_gain_hand_computed() -> None:
     # EMA: 0.4·(0.15 − 0.2) + 0.6·0.5 = −0.02 + 0.3 = 0.28
     assert small.gain == pytest.approx(0.28)
     assert with_set_mean([]) == 0.0
+
+
+def test_gain_on_the_heuristic_reward_scale() -> None:
+    # No LLM, no verdict: a successful 4-step task scores V = 0.1, 0.09, 0.081, 0.0729 (γ = 0.9, α = 0).
+    values = [0.1, 0.09, 0.081, 0.0729]
+    # On the full scale the baseline floor (0.2) is above the heuristic's best reward: the gain is negative.
+    full = compute_gain(values, [], previous_gain=0.0, previous_support=0, ema_alpha=0.4)
+    assert full.baseline == pytest.approx(0.2) and full.gain < 0
+    # On the heuristic's own scale (0.1) the clamp is [0.02, 0.05]: mean 0.0860 → baseline 0.05.
+    scaled = compute_gain(
+        values, [], previous_gain=0.0, previous_support=0, ema_alpha=0.4, scale=reward_scale(["heuristic"])
+    )
+    assert scaled.baseline == pytest.approx(0.05) and scaled.without_shrunk == pytest.approx(0.05)
+    assert scaled.with_mean == pytest.approx(with_set_mean(values))
+    assert scaled.gain == pytest.approx(with_set_mean(values) - 0.05) and scaled.gain > 0.02  # can become active
+    # Steps no better than the ordinary ones of their episodes still gain nothing.
+    flat = compute_gain([0.05], [0.1] * 6, previous_gain=0.0, previous_support=0, ema_alpha=0.4, scale=0.1)
+    assert flat.gain < 0
+    assert reward_scale(["heuristic", "heuristic", None]) == pytest.approx(0.1)
+    assert reward_scale(["heuristic", "llm"]) == reward_scale(["verifier"]) == reward_scale([]) == 1.0
 
 
 def test_status_transitions_rules(make_env: Any) -> None:
