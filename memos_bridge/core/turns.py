@@ -55,7 +55,7 @@ from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.host import NoLLM
 from memos_bridge.retrieval.engine import ChannelRun, QueryVector, Retriever, VisibleContext, retrieval_text
 from memos_bridge.retrieval.intent import ALL_TIERS, classify_intent, classify_intent_heuristic, schedule_injection
-from memos_bridge.storage import repos
+from memos_bridge.storage import hotpath, repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
@@ -300,9 +300,7 @@ class TurnService:
         duration = int((time.perf_counter() - started) * 1000)
 
         def save(db: Session) -> None:
-            turn = db.get(TurnRow, begun.turn_row_id)
-            if turn is not None:
-                turn.result_json = wire
+            hotpath.save_turn_result(db, begun.turn_row_id, wire)
             repos.log_api_call(
                 db,
                 "memos_search",

@@ -22,7 +22,15 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.sql.selectable import TextualSelect
 
-from memos_bridge.storage.models import EpisodeRow, PolicyRow, SkillRow, TracePolicyLinkRow, TraceRow, WorldModelRow
+from memos_bridge.storage.models import (
+    EpisodeRow,
+    PolicyRow,
+    SkillRow,
+    TracePolicyLinkRow,
+    TraceRow,
+    TurnRow,
+    WorldModelRow,
+)
 from memos_bridge.storage.owner import OwnerFilter
 
 
@@ -293,3 +301,16 @@ def count_access(db: Session, ids_by_kind: dict[str, list[str]], episode_ids: Se
     if episode_ids:
         direct = ids_by_kind.get("trace") or [""]  # NOT IN () is invalid SQL; "" is no trace id
         db.execute(_TOUCH_EPISODE_STEPS, {"episodes": list(episode_ids), "direct": list(direct), "now": now})
+
+
+# ------------------------------------------------------------------------------------------ turn results
+
+_TURNS = _table(TurnRow)
+_SAVE_TURN_RESULT = text("UPDATE turns SET result_json = :result WHERE id = :id").bindparams(
+    bindparam("result", type_=_TURNS.c.result_json.type)
+)
+
+
+def save_turn_result(db: Session, turn_row_id: int, result: dict[str, Any]) -> None:
+    """Store a `turn.start` result on its turn row (it serves a retry with the same turnKey after a restart)."""
+    db.execute(_SAVE_TURN_RESULT, {"id": turn_row_id, "result": result})

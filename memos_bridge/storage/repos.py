@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select, true
+from sqlalchemy import ColumnElement, func, insert, or_, select, true
 from sqlalchemy.orm import Session
 
 from memos_bridge.storage.models import (
@@ -233,16 +233,22 @@ def log_api_call(
     success: bool,
     called_at: int,
 ) -> None:
-    db.add(
-        ApiLogRow(
-            tool_name=tool_name,
-            input_json=input_json,
-            output_json=output_json,
-            duration_ms=duration_ms,
-            success=success,
-            called_at=called_at,
-        )
+    # A Core insert of a prebuilt statement: one row per turn.start and per LLM call, where the ORM's unit
+    # of work (object, flush, identity map) cost more than the insert itself.
+    db.execute(
+        _API_LOG_INSERT,
+        {
+            "tool_name": tool_name,
+            "input_json": input_json,
+            "output_json": output_json,
+            "duration_ms": duration_ms,
+            "success": success,
+            "called_at": called_at,
+        },
     )
+
+
+_API_LOG_INSERT = insert(ApiLogRow)
 
 
 # ---------------------------------------------------------------- embedding retry queue
