@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, insert, or_, select, true
+from sqlalchemy import ColumnElement, bindparam, func, insert, or_, select, true
 from sqlalchemy.orm import Session
 
 from memos_bridge.storage.models import (
@@ -51,12 +51,15 @@ def get_episode(db: Session, episode_id: str) -> EpisodeRow | None:
 
 
 def open_episodes(db: Session, session_id: str) -> list[EpisodeRow]:
-    stmt = (
-        select(EpisodeRow)
-        .where(EpisodeRow.session_id == session_id, EpisodeRow.status == "open")
-        .order_by(EpisodeRow.started_at.desc())
-    )
-    return list(db.scalars(stmt))
+    """The session's open episodes, newest first (routing reads this on every turn: prebuilt statement)."""
+    return list(db.scalars(_OPEN_EPISODES, {"session_id": session_id}))
+
+
+_OPEN_EPISODES = (
+    select(EpisodeRow)
+    .where(EpisodeRow.session_id == bindparam("session_id"), EpisodeRow.status == "open")
+    .order_by(EpisodeRow.started_at.desc())
+)
 
 
 def list_episodes(
