@@ -359,6 +359,7 @@ class FeedbackFacts:
     text: str
     verifier: VerifierView | None = None
     trace_id: str | None = None
+    trace_ids: tuple[str, ...] = ()  # the steps the host bound the verdict to (`raw.traceIds`), in order
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,9 @@ def _load(db: Session, episode_id: str) -> _State | None:
             text=feedback_text(row.rationale, row.raw_json),
             verifier=parse_verifier(row.raw_json),
             trace_id=row.trace_id,
+            trace_ids=tuple(t for t in (row.raw_json or {}).get("traceIds") or () if isinstance(t, str))
+            if isinstance(row.raw_json, dict) and isinstance(row.raw_json.get("traceIds"), list)
+            else (),
         )
         for row in fresh
     ]
@@ -435,7 +438,12 @@ def _union(existing: Sequence[str] | None, new: Sequence[str]) -> list[str]:
 
 
 def _source_traces(feedback: FeedbackFacts, episode: EpisodeFacts) -> list[str]:
-    """The judged step when the feedback names one, else the episode's steps (the verifier judged them all)."""
+    """The steps the host bound the verdict to (`raw.traceIds`, those of this episode: a `traceId` alone is
+    only the last of them), else the judged step it names, else the episode's steps (the verifier judged all)."""
+    own = set(episode.trace_ids)
+    bound = [t for t in dict.fromkeys(feedback.trace_ids) if t in own]
+    if bound:
+        return bound[-SOURCE_TRACES_PER_FEEDBACK:]
     if feedback.trace_id:
         return [feedback.trace_id]
     return list(episode.trace_ids[-SOURCE_TRACES_PER_FEEDBACK:])

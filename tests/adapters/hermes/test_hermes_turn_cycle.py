@@ -128,6 +128,13 @@ def test_full_turn_cycle_with_feedback_bound_to_the_judged_steps(hermes: tuple[P
     assert (feedback["polarity"], feedback["magnitude"], feedback["raw"]["r"]) == ("negative", 1.0, -1.0)
     received = [p for m, p in client.notifications if m == "events.notify" and p["type"] == "feedback.received"]
     assert received, "the service announced the feedback"
+    # the experience learnt from it cites every step the verdict was bound to, not only the last one
+    lessons = [
+        policy
+        for policy in client.memory_list_policies(limit=100)["policies"]
+        if feedback["id"] in policy["sourceFeedbackIds"]
+    ]
+    assert lessons and all(policy["sourceTraceIds"] == list(first.trace_ids) for policy in lessons), lessons
 
     # an internal review prompt of Hermes is not a user turn
     manager.on_turn_start(3, REVIEW)
