@@ -6,9 +6,10 @@ With memory, for each task in order (seed 000 "SkillFlow 集成要求", referenc
    explicit new-task phrase so the service opens a new episode) — its `injectedContext` is what the agent
    gets, and its hits are recorded as what this task recalled;
 2. the agent works in a fresh workspace; `turn.end` records its steps as tool calls and its final reply;
-3. the verifier grades the output, and `feedback.submit` sends the verdict bound to the task's episode and
-   its last step (`channel: explicit`, polarity and magnitude from the score, the verifier's message as the
-   rationale, the structured result in `raw.verifier`, a per-run `evidenceId`); the rationale is refused if it
+3. the verifier grades the output, and `feedback.submit` sends the verdict bound to the task's episode, its
+   last step (`traceId`) and all its steps (`raw.traceIds`, which the service's experiences cite as their
+   source steps) — `channel: explicit`, polarity and magnitude from the score, the verifier's message as the
+   rationale, the structured result in `raw.verifier`, a per-run `evidenceId`; the rationale is refused if it
    reads as a task switch, which would move the feedback into another episode;
 4. `memory.flush`, then a snapshot of what the service has learnt (typed experiences, L2 policies, skills,
    world models, LLM calls) so the report can show when each appeared.
@@ -192,7 +193,9 @@ class _Session:
             "ts": self.clock.now(),
         }
         if trial.trace_ids:
+            # every step of the task (the verifier judged the whole output), the last one as the judged step
             params["traceId"] = trial.trace_ids[-1]
+            params["raw"]["traceIds"] = list(trial.trace_ids)
         trial.feedback_id = self.client.call("feedback.submit", params, timeout=self.timeout)["id"]
         self.client.call("memory.flush", {}, timeout=self.timeout)
 

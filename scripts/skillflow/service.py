@@ -119,7 +119,7 @@ def memory_state(client: ServiceClient, timeout: float, *, full: bool = False) -
                 k: p.get(k)
                 for k in ("id", "experienceType", "status", "title", "support", "skillEligible", "antiPattern")
             }
-            | {"sourceEpisodeIds": p.get("sourceEpisodeIds", [])}
+            | {"sourceEpisodeIds": p.get("sourceEpisodeIds", []), "sourceTraceIds": p.get("sourceTraceIds", [])}
             for p in experiences
         ],
         "policies": [

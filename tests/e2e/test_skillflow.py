@@ -64,6 +64,7 @@ def test_a_failed_task_leaves_a_typed_experience(reports: dict[str, dict[str, An
     (first,) = _absorbed(failed[0])
     assert first["experienceType"] in FAILURE_TYPES and first["skillEligible"] is False
     assert first["status"] == "active"
+    assert first["sourceTraceIds"] == failed[0]["traceIds"]  # every step the verdict was bound to
     for trial in failed[1:]:  # later failures create an experience or update one
         assert _absorbed(trial), trial["task"]
 

@@ -95,6 +95,7 @@ def test_each_task_is_one_turn_with_feedback_bound_to_its_episode(scripted: Scri
         assert end["episodeId"] == verdict["episodeId"] == trial.episode_id == f"ep_{i}"
         assert end["toolCalls"] == trial.agent.steps and end["agentText"] == trial.agent.reply
         assert verdict["traceId"] == f"tr_{i}b"  # the last step turn.end stored
+        assert verdict["raw"]["traceIds"] == [f"tr_{i}a", f"tr_{i}b"] == trial.trace_ids  # and all of them
         assert verdict["channel"] == "explicit" and verdict["rationale"] == trial.check.message
         assert (verdict["polarity"], verdict["magnitude"]) == feedback_verdict(trial.check)
         raw = verdict["raw"]["verifier"]
