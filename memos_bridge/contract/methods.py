@@ -112,8 +112,9 @@ METHODS: tuple[MethodSpec, ...] = (
     MethodSpec(
         "feedback.submit",
         "A user's or verifier's verdict on an episode or one of its steps. Before replying the service stores "
-        "it (once per evidenceId), re-scores the episode (also a closed one) and re-runs the learning chain, so "
-        "the next turn.start can recall the lesson. A retry with the same evidenceId returns the stored row.",
+        "it (once per evidenceId), re-scores the episode (also a closed one), makes a decision repair when it is a "
+        "user's correction, re-runs the learning chain and drains the queue, so the next turn.start can recall "
+        "the lesson. A retry with the same evidenceId returns the stored row and does nothing else.",
         dto.FeedbackSubmitParams,
         dto.FeedbackDTO,
         errors=(ErrorCode.EPISODE_NOT_FOUND, ErrorCode.TRACE_NOT_FOUND, *_COMMON),

@@ -28,8 +28,7 @@ from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
 from memos_bridge.core.namespace import read_filter
-from memos_bridge.core.relation import extract_correction
-from memos_bridge.core.sessions import SessionService, owner_of
+from memos_bridge.core.sessions import SessionService
 from memos_bridge.core.strength import StrengthService
 from memos_bridge.core.turns import TurnService
 from memos_bridge.core.vector_store import VectorStore
@@ -41,7 +40,6 @@ from memos_bridge.llm.factory import build_llm_facade
 from memos_bridge.retrieval.engine import Retriever
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
-from memos_bridge.storage.models import EpisodeRow
 from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
@@ -87,6 +85,7 @@ class MemoryCore:
         self.turns.write_behind.quiet = self.learning.gate.wait_quiet
         self.turns.on_activity = self.learning.touch
         self.repair = RepairService(self.learning.ctx)
+        self.learning.correction_repair = self.repair.from_feedback
         self.turns.repairs = self.repair
         self.strength = StrengthService(self.learning.ctx, quiet=self.learning.gate.wait_quiet)
         self.turns.on_recalled = self.strength.access_write  # recall counts access, never strength
@@ -210,26 +209,7 @@ class MemoryCore:
     # ------------------------------------------------------------ learning
 
     async def submit_feedback(self, params: dto.FeedbackSubmitParams) -> dto.FeedbackDTO:
-        stored = await self.learning.submit_feedback(params)
-        await self._repair_from_feedback(stored)
-        return stored
-
-    async def _repair_from_feedback(self, feedback: dto.FeedbackDTO) -> None:
-        """A user's negative feedback that says what to do instead ("wrong: use X instead", "不对，应该…") is
-        also a correction: it becomes a decision repair, injected into the session's next turns. A verifier's
-        verdict (`raw.verifier`) is structured evidence for the experience builder, not a chat correction."""
-        text = feedback.rationale or ""
-        if self.settings.lightweight or feedback.polarity != "negative" or not feedback.episode_id or not text:
-            return
-        if isinstance(feedback.raw, dict) and "verifier" in feedback.raw:
-            return
-        instruction = extract_correction(text, after_rejection=True)
-        if instruction is None:
-            return
-        episode = await self.db.read(lambda db: db.get(EpisodeRow, feedback.episode_id))
-        if episode is None:
-            return
-        await self.repair.from_correction(episode.session_id, episode.id, owner_of(episode), instruction, text)
+        return await self.learning.submit_feedback(params)
 
     async def tool_outcome(self, params: dto.ToolOutcomeParams) -> dto.ToolOutcomeResult:
         return await self.repair.record_tool_outcome(params)

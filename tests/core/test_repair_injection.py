@@ -9,6 +9,7 @@ import pytest
 
 from memos_bridge.contract import dto
 from memos_bridge.core.facade import MemoryCore
+from memos_bridge.storage.models import EpisodeRow
 from memos_bridge.storage.owner import OwnerFilter
 
 pytestmark = pytest.mark.anyio
@@ -121,3 +122,48 @@ async def test_sessions_without_fresh_repairs_cost_no_read_after_the_first(core_
     made = await core.repair.from_correction("se_quiet", None, owner, "use polars", "不对，应该用 polars")
     assert made is not None
     assert [r.id for r in await core.repair.active_guidance("se_quiet", made.ts)] == [made.id]  # a new one is seen
+
+
+CORRECTION = "Wrong: use polars instead of pandas for these files."
+
+
+async def _plotted_with_pandas(core: MemoryCore, session: str) -> str:
+    first = await start(core, session, "Load sales.csv and plot monthly revenue", 1_000)
+    episode = first.query.episode_id
+    assert episode is not None
+    calls = [{"name": "python", "input": {"code": "import pandas; df = pandas.read_csv('sales.csv')"}, "output": "ok"}]
+    await end(core, session, episode, 2_000, agentText="Plotted it with pandas.", toolCalls=calls)
+    return episode
+
+
+async def test_a_feedback_correction_is_repaired_after_the_rescore_and_before_the_experience_builder(
+    core_factory: Any,
+) -> None:
+    core = await core_factory()
+    seen: list[str] = []
+    core.events.subscribe(lambda event: seen.append(event.type))
+    episode = await _plotted_with_pandas(core, "se_o")
+    params = {"episodeId": episode, "polarity": "negative", "magnitude": 0.8, "rationale": CORRECTION}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    # store → re-score → decision repair → experience builder → the later stages
+    assert list(core.learning.last_reports[episode].stages)[:3] == ["repair", "experiences", "l2"]
+    order = [t for t in seen if t in ("feedback.received", "reward.updated", "decision_repair.created")]
+    assert order == ["feedback.received", "reward.updated", "decision_repair.created"]
+    assert seen.index("decision_repair.created") < seen.index("l2.policy.induced")  # the experience came after
+    (experience,) = (await core.list_policies(dto.ListPoliciesParams.model_validate({}))).policies
+    assert experience.experience_type != "procedural" and experience.source_episode_ids == [episode]
+    # nothing was appended to the experience after it was built (the repair ran before it existed)
+    assert not any(line.startswith("Prefer: use polars") for line in experience.preference)
+
+
+async def test_feedback_submit_drains_the_queue(core_factory: Any) -> None:
+    core = await core_factory()
+    waiting = await _plotted_with_pandas(core, "se_w")
+    await core.close_episode(dto.EpisodeCloseParams(episode_id=waiting))
+    assert core.learning.queue.pending == [waiting]  # inside its 30 s feedback window
+    other = await _plotted_with_pandas(core, "se_x")
+    params = {"episodeId": other, "polarity": "positive", "magnitude": 1.0, "rationale": "Great, thanks."}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    assert core.learning.queue.pending == [] and core.learning.queue.running == []
+    scored = await core.db.read(lambda db: db.get(EpisodeRow, waiting))
+    assert scored is not None and scored.meta_json["reward"]["status"] == "done"

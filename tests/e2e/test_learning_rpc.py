@@ -169,3 +169,29 @@ def test_without_an_llm_consistent_success_makes_an_active_policy(home: Path) ->
             assert _episode(client, episode)["rTask"] == pytest.approx(0.1)
         (policy,) = client.call("memory.list_policies", {})["policies"]
         assert policy["status"] == "active" and policy["support"] >= 3 and policy["gain"] >= 0.02
+
+
+def test_a_retried_correction_makes_one_decision_repair(home: Path) -> None:
+    """The same evidenceId again, after the repair cooldown (0 here): stored once, repaired once."""
+    env = {"MEMOS_BRIDGE_LEARNING__REPAIR__COOLDOWN_MS": "0", "MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
+    repairs: list[dict[str, Any]] = []
+    with ServiceClient.spawn(home, env=env) as client:
+        client.on_event(repairs.append, types=["decision_repair.created"])
+        session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        episode = _start(client, session, "Load sales.csv and plot monthly revenue", 1_000)["query"]["episodeId"]
+        _end(client, session, episode, 2_000, agentText="Plotted it with pandas.", toolCalls=TOOLS)
+        params = {
+            "episodeId": episode,
+            "polarity": "negative",
+            "magnitude": 0.8,
+            "rationale": "Wrong: use polars instead of pandas for these files.",
+            "evidenceId": "chat-turn-7",
+        }
+        first = client.call("feedback.submit", params, timeout=60)
+        again = client.call("feedback.submit", params, timeout=60)
+        assert again["id"] == first["id"]
+        client.call("core.health")
+        time.sleep(0.5)  # events are pushed asynchronously: give a second repair's event time to arrive
+        assert len(repairs) == 1 and repairs[0]["payload"]["source"] == "user_correction"
+        guided = _start(client, session, "ok, redo the chart", 3_000)["injectedContext"]
+        assert guided.count("Prefer: use polars instead of pandas") == 1

@@ -14,7 +14,8 @@ Two triggers (reference §6.9; the reference's failure trigger was unreachable o
 * **User correction** — `from_correction` ("不对，应该用 pandas", "wrong, use polars instead") makes a
   repair at once from the user's own instruction. It runs on the `turn.start` path, so it uses the template
   and one database write; `refine` rewords it with the LLM later, for the caller to schedule in the
-  background.
+  background. `from_feedback` does the same for a correction sent as negative `feedback.submit`; the
+  learning chain runs it after the re-score and before the experience builder.
 
 Evidence, the value guard and the template wording are the pure rules of `repair_rules.py`. The LLM
 (`DECISION_REPAIR`) words a burst's repair when `ctx.llm_ready(...)` and `use_llm` (never in lightweight mode,
@@ -460,6 +461,25 @@ class RepairService:
             return None
         self._announce(row)
         return repair_dto(row)
+
+    async def from_feedback(self, feedback: dto.FeedbackDTO) -> dto.RepairDTO | None:
+        """A user's negative feedback that says what to do instead ("wrong: use X instead", "不对，应该…") is
+        also a correction: a repair for the session's next turns, made like `from_correction`. A verifier's
+        verdict (`raw.verifier`) is structured evidence for the experience builder, not a chat correction,
+        and a bare rejection teaches no preference: both return None, as does an unknown episode."""
+        text = feedback.rationale or ""
+        if feedback.polarity != "negative" or not feedback.episode_id or not text.strip():
+            return None
+        if isinstance(feedback.raw, dict) and "verifier" in feedback.raw:
+            return None
+        instruction = extract_correction(text, after_rejection=True)
+        if instruction is None:
+            return None
+        episode = await self.ctx.db.read(lambda db: repos.get_episode(db, feedback.episode_id or ""))
+        if episode is None:
+            return None
+        owner = OwnerFilter(episode.owner_agent_kind, episode.owner_profile_id, episode.owner_workspace_id)
+        return await self.from_correction(episode.session_id, episode.id, owner, instruction, text)
 
     async def refine(self, repair_id: str, user_text: str | None = None) -> dto.RepairDTO | None:
         """Reword a stored repair with the LLM (for the caller to run in the background after

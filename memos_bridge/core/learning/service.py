@@ -1,9 +1,10 @@
 """The learning side of the core: the per-episode chain, explicit feedback, flush and startup recovery.
 
-The chain for one episode is reward → typed experiences (from explicit feedback) → L2 policies → L3 world
-models → skills → strength (protection of the user's own rules). It runs from
-the `LearningQueue` after an episode ends, or at once when feedback arrives. In lightweight mode nothing
-here runs except storing feedback: capture and retrieval only, the minimum cost.
+The chain for one episode is reward → decision repair (for corrections sent as feedback) → typed
+experiences (from explicit feedback) → L2 policies → L3 world models → skills → strength (protection of the
+user's own rules). It runs from the `LearningQueue` after an episode ends, or at once when feedback
+arrives. In lightweight mode nothing here runs except storing feedback: capture and retrieval only, the
+minimum cost.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 RECOVERY_BATCH = 500
 
 Stage = Callable[[LearningContext, str, RewardReport], Awaitable[object]]
+CorrectionRepair = Callable[[dto.FeedbackDTO], Awaitable[dto.RepairDTO | None]]
 
 
 @dataclass
@@ -79,6 +81,10 @@ class LearningService:
             ("skills", skill_stage),
             ("strength", strength_stage),
         ]
+        #: Makes a decision repair from a correction sent as feedback (`RepairService.from_feedback`, wired by
+        #: `MemoryCore`); the chain runs it after the re-score and before the experience builder.
+        self.correction_repair: CorrectionRepair | None = None
+        self._corrections: dict[str, list[dto.FeedbackDTO]] = {}
         self.last_reports: dict[str, ChainReport] = {}
         self._monotonic = monotonic
         self._started = monotonic()
@@ -93,6 +99,9 @@ class LearningService:
             self.last_reports.pop(next(iter(self.last_reports)))
         await self.gate.wait_quiet()
         report.reward = await run_reward(self.ctx, episode_id, trigger)
+        repairs = await self._repair_corrections(episode_id)  # a trivial (skipped) episode's too
+        if repairs:
+            report.stages["repair"] = repairs
         if report.reward.skipped:
             return report
         for name, stage in self.stages:
@@ -103,6 +112,22 @@ class LearningService:
                 log.exception("learning stage %s failed for %s", name, episode_id)
                 report.stages[name] = "failed"
         return report
+
+    async def _repair_corrections(self, episode_id: str) -> list[str]:
+        """The decision repairs of the corrections that arrived as feedback for this episode, oldest first."""
+        waiting = self._corrections.pop(episode_id, [])
+        made: list[str] = []
+        for feedback in waiting:
+            if self.correction_repair is None:
+                break
+            try:
+                repair = await self.correction_repair(feedback)
+            except Exception:  # the repair is an extra: the lessons after it must still be learned
+                log.exception("decision repair from feedback %s failed", feedback.id)
+                continue
+            if repair is not None:
+                made.append(repair.id)
+        return made
 
     def on_finalized(self, episode_id: str, reason: str) -> None:
         """Hook for `SessionService`: an episode ended (gap, cap, new task, close, recovery)."""
@@ -117,20 +142,27 @@ class LearningService:
     # ------------------------------------------------------------------ feedback
 
     async def submit_feedback(self, params: dto.FeedbackSubmitParams) -> dto.FeedbackDTO:
-        """Store the verdict (once per evidenceId), update the judged step at once, then re-score the episode
-        and re-run everything downstream before replying, so the next turn.start sees the lesson."""
+        """Store the verdict (once per evidenceId) and update the judged step at once; then, before replying,
+        re-score the episode, make a decision repair when the verdict is a correction, run the experience
+        builder and everything after it, and drain the queue, so the next turn.start sees every lesson.
+
+        A retry (an evidenceId already stored) returns the stored verdict and does nothing else: it was
+        counted, repaired and learned from the first time."""
         if not params.episode_id and not params.trace_id:
             raise MemosError(ErrorCode.INVALID_ARGUMENT, "feedback.submit needs episodeId or traceId")
         row, created = await self.ctx.db.write(lambda db: self._store_feedback(db, params))
         feedback = _feedback_dto(row)
         if not created:
-            return feedback  # a retry: already counted, already learned from
+            return feedback
         self.ctx.events.emit(
             EventType.FEEDBACK_RECEIVED,
             {"feedbackId": row.id, "episodeId": row.episode_id, "traceId": row.trace_id, "polarity": row.polarity},
         )
         if not self.lightweight and row.episode_id:
+            if self.correction_repair is not None:
+                self._corrections.setdefault(row.episode_id, []).append(feedback)
             await self.queue.run_now(row.episode_id, "explicit_feedback")
+            await self.queue.flush()  # other finished episodes waiting for their window are learned too
         return feedback
 
     def _store_feedback(self, db: Session, params: dto.FeedbackSubmitParams) -> tuple[FeedbackRow, bool]:
