@@ -19,12 +19,13 @@ from skillflow import protocol, runner
 from skillflow.agents import SimulatedAgent
 from skillflow.family import load_family
 from skillflow.protocol import ProtocolError, assert_no_switch, feedback_verdict, run_with_memory, run_without_memory
-from skillflow.report import cumulative, family_report, format_table
+from skillflow.report import cumulative, family_report, format_table, plot
 from skillflow.service import RunOptions, family_config, service_env
 from skillflow.verify import CheckResult
 
 UNITS_LESSON = "Avoid: Do not multiply the 13F value column by 1000: values are already in thousands of USD."
 LEARNING_METHODS = ["memory.list_policies", "skill.list", "memory.list_world_models", "core.health"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 class ScriptedClient:
@@ -185,10 +186,8 @@ def test_the_cli_writes_the_report_and_prints_the_table(tmp_path: Path, capsys: 
     assert report["version"] == 1 and report["mode"] == "without" and report["agent"]["kind"] == "simulated"
     (family,) = report["families"]
     assert family["summary"]["withMemory"] is None and family["summary"]["withoutMemory"]["cumulative"] == [0] * 5
-    if importlib.util.find_spec("matplotlib") is None:
-        assert "matplotlib is not installed" in printed
-    else:
-        assert out.with_suffix(".png").is_file()
+    assert f"plot: {out.with_suffix('.png')}" in printed  # matplotlib is a dev dependency: the plot is drawn
+    assert out.with_suffix(".png").read_bytes().startswith(PNG_SIGNATURE)
     assert runner.main(["--family", "nope", "--mode", "without", "--work-dir", str(tmp_path)]) == 2
 
 
@@ -202,3 +201,22 @@ def test_the_table_shows_recall_and_learning_per_task(scripted: ScriptedClient, 
     assert "1 exp" in lines[3] and "units" in lines[3] and "0/0/0" in lines[3]
     assert "learnt: 0 typed experiences (none), 0 L2 policies, 0 skills, 0 world models; LLM calls 2" in table
     assert cumulative([False, True, True, False]) == [0, 1, 2, 2]
+
+
+def test_the_plot_is_a_png_with_one_panel_per_family(scripted: ScriptedClient, tmp_path: Path) -> None:
+    assert importlib.util.find_spec("matplotlib") is not None, "a dev dependency: pip install -e '.[dev]'"
+    families = [load_family("sec13f"), load_family("sales_csv")]
+    reports = [
+        family_report(
+            family,
+            run_with_memory(family, SimulatedAgent(), tmp_path / family.name / "a", RunOptions(run_id="r")),
+            run_without_memory(family, SimulatedAgent(), tmp_path / family.name / "b", RunOptions(run_id="r")),
+        )
+        for family in families
+    ]
+    path = tmp_path / "curves.png"
+    assert plot({"families": reports}, path) == f"plot: {path}"
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and data[12:16] == b"IHDR"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (2 * 5 * 120, int(3.8 * 120))  # two panels of 5 x 3.8 inches at 120 dpi
