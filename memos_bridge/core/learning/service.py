@@ -29,6 +29,7 @@ from memos_bridge.core.learning.queue import ForegroundGate, LearningQueue
 from memos_bridge.core.learning.reward_stage import RewardReport, run_reward
 from memos_bridge.core.learning.skills import skill_stage
 from memos_bridge.core.learning.world import world_stage
+from memos_bridge.core.reward import priority_at
 from memos_bridge.core.sessions import Outbox, finalize_episode_sync
 from memos_bridge.core.strength import strength_stage
 from memos_bridge.ids import new_id
@@ -201,7 +202,7 @@ class LearningService:
         db.add(row)
         db.flush()
         if trace is not None:
-            _update_judged_trace(db, trace)
+            _update_judged_trace(db, trace, self.ctx.clock(), self.ctx.settings.learning.reward.half_life_days)
         return row, True
 
     # ------------------------------------------------------------------ recovery
@@ -318,9 +319,12 @@ class LearningService:
                 log.exception("stale-topic sweep failed")
 
 
-def _update_judged_trace(db: Session, trace: TraceRow) -> None:
+def _update_judged_trace(db: Session, trace: TraceRow, now: int, half_life_days: float) -> None:
     """The step a verdict names gets value = Σ±magnitude / Σmagnitude over its feedback at once (the
-    episode's back-propagation then refines every step); priority never drops because of it."""
+    episode's back-propagation then refines every step), and the priority that value earns,
+    `max(V, 0)·0.5^(age/half-life)`. The reference kept `max(priority, |V|)`, which ranked a step the user
+    rejected at priority 1 — above every step that worked; a negative step keeps priority 0 (it still
+    feeds anti-patterns and is never deleted)."""
     rows = list(db.scalars(select(FeedbackRow).where(FeedbackRow.trace_id == trace.id)))
     sign = {"positive": 1.0, "negative": -1.0}
     weighted = [(sign[r.polarity], r.magnitude) for r in rows if r.polarity in sign and r.magnitude > 0]
@@ -330,7 +334,7 @@ def _update_judged_trace(db: Session, trace: TraceRow) -> None:
     value = max(-1.0, min(1.0, sum(s * m for s, m in weighted) / total))
     trace.value = value
     trace.r_human = value
-    trace.priority = max(trace.priority, abs(value))
+    trace.priority = priority_at(value, trace.ts, now, half_life_days=half_life_days)
 
 
 def _feedback_dto(row: FeedbackRow) -> dto.FeedbackDTO:

@@ -127,10 +127,26 @@ async def test_feedback_on_a_step_sets_its_value_and_binds_the_episode(core_fact
     )
     assert stored.episode_id == episode
     step = (await traces(core, episode))[0]
-    assert step.value == pytest.approx(-1.0) and step.priority >= 1.0  # Σ±m/Σm = −1; priority keeps the warning
+    assert step.value == pytest.approx(-1.0)  # Σ±m/Σm = −1
+    assert step.priority == 0.0  # max(V, 0)·decay: a rejected step never outranks one that worked
     # lightweight: no reward runs, nothing is queued
     await core.close_episode(dto.EpisodeCloseParams(episode_id=episode))
     assert core.learning.queue.pending == [] and (await episode_row(core, episode)).r_task is None
+
+
+async def test_a_judged_step_gets_the_priority_its_value_earns(core_factory: Any) -> None:
+    core = await core_factory(lightweight=True)  # the judged step only: no back-propagation afterwards
+    now = now_ms()
+    episode, ids = await run_task(core, "se_4b", now - 30 * 24 * HOUR)  # steps a half-life old
+    params = {"traceId": ids[0], "polarity": "positive", "magnitude": 0.8}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    step = (await traces(core, episode))[0]
+    assert step.value == pytest.approx(1.0) and step.priority == pytest.approx(0.5, abs=0.01)  # 1·0.5^(30/30)
+    # a later negative verdict on the same step: V = (0.8 − 1.0)/1.8 < 0 → priority 0, not max(old, |V|)
+    params = {"traceId": ids[0], "polarity": "negative", "magnitude": 1.0}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    step = (await traces(core, episode))[0]
+    assert step.value == pytest.approx(-0.2 / 1.8) and step.priority == 0.0
 
 
 async def test_feedback_errors_are_clear(core_factory: Any) -> None:
