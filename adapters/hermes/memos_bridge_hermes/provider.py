@@ -108,7 +108,8 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
     """Hermes memory provider; register with `register(ctx)` (directory plugin) or the entry point."""
 
     def __init__(self, *, host_llm: HostLlm | None = None, config_overrides: Mapping[str, Any] | None = None) -> None:
-        """`host_llm` replaces the handler that serves `host.llm.complete` with Hermes' own model."""
+        """`host_llm` serves `host.llm.complete` instead of Hermes' own model while this provider holds the
+        service — for every session of that service: the request names none (see `runtime`)."""
         self._host_llm = host_llm
         self._overrides = dict(config_overrides or {})
         self._lock = threading.RLock()
@@ -204,7 +205,7 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
         if previous is not None:
             previous.release()
         if self._host_llm is not None:
-            lease.runtime.host_llm = self._host_llm
+            lease.runtime.override_host_llm(lease, self._host_llm)
         if self._writable():
             self._open_session(session_id)
 

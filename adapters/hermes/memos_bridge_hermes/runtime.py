@@ -9,7 +9,13 @@ exits by itself when its stdin closes, so even a crashed host leaves no orphan.
 
 The runtime also owns what must outlive a provider instance:
 
-* the `host.llm.complete` handler (the service's LLM stages run on the host's own model);
+* the `host.llm.complete` handler (the service's LLM stages run on the host's own model). There is one per
+  runtime, not per provider, on purpose: the service asks `host.llm.complete` on the *connection*, with no
+  session or episode in the request (`{messages, model?, temperature?, maxTokens?, timeoutMs?}`), and most of
+  its calls come from learning chains that run after the turn — often after the agent that produced the
+  episode is gone — for the data home as a whole. So there is nothing to dispatch on; what a provider's
+  `host_llm=` override gets is a hold on the runtime's handler for as long as its lease lives (the latest
+  live override wins, with a warning when two differ; Hermes' own model again once all are released);
 * a keepalive thread (`core.health` every `keepalive_s`; two unanswered probes in a row mean the service is
   hung — alive but not answering — so a spawned one is killed and the client's reconnect respawns it);
 * per-session state — the session's recent turns (so a re-created agent handling the same message shares the
@@ -276,7 +282,8 @@ class SharedRuntime:
         self.instance = f"{os.getpid():x}.{time.time_ns() // 1_000_000:x}"
         self.leases = 0
         self.closed = False
-        self.host_llm: HostLlm = hermes_host_llm
+        self._host_llms: list[tuple[object, HostLlm]] = []  # (lease, override), latest last
+        self._host_llms_lock = threading.Lock()
         self.health: dict[str, Any] | None = None
         self.probes = 0  # keepalive probes answered
         self.restarts = 0  # hung services killed by the keepalive
@@ -314,6 +321,28 @@ class SharedRuntime:
                 del self._sessions[state.session_id]
 
     # ------------------------------------------------------------------ host LLM and liveness
+
+    @property
+    def host_llm(self) -> HostLlm:
+        """What serves `host.llm.complete` now: the latest live override, else Hermes' own model."""
+        with self._host_llms_lock:
+            return self._host_llms[-1][1] if self._host_llms else hermes_host_llm
+
+    def override_host_llm(self, holder: object, handler: HostLlm) -> None:
+        """Serve `host.llm.complete` with `handler` while `holder` (a lease) lives; see the module docstring."""
+        with self._host_llms_lock:
+            others = {id(h) for lease, h in self._host_llms if lease is not holder and h is not handler}
+            self._host_llms = [(lease, h) for lease, h in self._host_llms if lease is not holder]
+            self._host_llms.append((holder, handler))
+        if others:
+            logger.warning(
+                "memos-bridge: another provider's host_llm override is replaced for the whole service connection "
+                "(one host LLM per data home and process)"
+            )
+
+    def drop_host_llm(self, holder: object) -> None:
+        with self._host_llms_lock:
+            self._host_llms = [(lease, h) for lease, h in self._host_llms if lease is not holder]
 
     def _serve_host_llm(self, params: Any) -> dict[str, Any]:
         return self.host_llm(params if isinstance(params, dict) else {})
@@ -391,6 +420,7 @@ class Lease:
 
     def release(self) -> None:
         close_now = False
+        self.runtime.drop_host_llm(self)
         with _REGISTRY_LOCK:
             if self._released:
                 return

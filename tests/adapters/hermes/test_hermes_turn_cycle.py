@@ -267,3 +267,29 @@ def test_reinitialising_leaks_no_process(hermes: tuple[Path, StubHostModel], tmp
     manager.shutdown_all()
     assert key not in runtime_module.runtimes()  # the last lease closed the service (idle close 0 here)
     assert process.wait(timeout=30) == 0
+
+
+def test_a_host_llm_override_serves_the_connection_while_its_provider_lives(
+    hermes: tuple[Path, StubHostModel], tmp_path: Path
+) -> None:
+    """The service's request names no session, so an override is per connection — and only while it is held."""
+    hermes_home, stub = hermes
+    asked: list[dict[str, Any]] = []
+
+    def custom(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        return {"text": "custom reply", "model": "custom-model"}
+
+    overrides = {"home": str(tmp_path / "llm-home")}
+    custom_provider = MemosBridgeProvider(host_llm=custom, config_overrides=overrides)
+    plain = MemosBridgeProvider(config_overrides=overrides)
+    for session, provider in (("hermes-llm-a", custom_provider), ("hermes-llm-b", plain)):
+        provider.initialize(session, hermes_home=str(hermes_home), platform="cli", agent_context="primary")
+    client = _client(plain)
+    assert _client(custom_provider) is client  # one service, one connection for both
+    assert client.llm_test(prompt="first", timeout=60)["text"] == "custom reply" and len(asked) == 1
+    custom_provider.shutdown()  # its agent is gone: Hermes' own model serves the remaining one
+    before = len(stub.calls)
+    result = client.llm_test(prompt="second", timeout=60)
+    assert result["text"] == stub.text and len(stub.calls) == before + 1 and len(asked) == 1
+    plain.shutdown()
