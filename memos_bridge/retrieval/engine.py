@@ -229,6 +229,15 @@ class _Collector:
 
 
 @dataclass(frozen=True)
+class _Loaded:
+    """What `Retriever._load_sync` read: eligible candidates, roll-up steps, linked policy guidance."""
+
+    candidates: list[Candidate]
+    steps: dict[str, list[Any]]
+    guidance: list[Any]
+
+
+@dataclass(frozen=True)
 class ChannelSpec:
     """What a query's channels depend on: the text, the caller's namespace, the kinds searched, the allowed
     channels and the vector pool size. Nothing about the routed episode: that only decides which of the
@@ -519,11 +528,11 @@ class Retriever:
         planned = {CANDIDATE_KIND[kind] for kind in spec.kinds}
         found = [c for c in run.collector.by_key.values() if c.kind in planned]
 
-        links: list[tuple[str, str, str]] = []  # supersedes links, read with the rows (no extra hop)
-        candidates = await self._hydrate(found, owner, visible, plan, links)
-        candidates = await self._follow_supersedes(candidates, links, owner, visible, plan)
-        candidates = self._identifier_gate(candidates, keywords)
-        candidates = await self._roll_up_episodes(candidates, query_vec)
+        loaded = await self._db.read(
+            lambda db: self._load_sync(db, found, owner, visible, plan, keywords, rollups=query_vec is not None)
+        )
+        candidates = self._with_vectors(loaded.candidates)
+        candidates = self._roll_up_episodes(candidates, loaded.steps, query_vec)
         rrf_k = self._settings.rrf_k
         stats.candidates = len(candidates)
         ranked = fusion.relative_threshold(candidates, rrf_k, self._settings.min_trace_sim)
@@ -550,12 +559,10 @@ class Retriever:
         for repair in repairs or []:
             data.repair_preference.append(repair.preference)
             data.repair_anti_pattern.append(repair.anti_pattern)
-        trace_ids = [c.ref_id for c in picked if c.kind == "trace"]
+        trace_ids = {c.ref_id for c in picked if c.kind == "trace"}
         recalled_policies = {c.ref_id for c in picked if c.kind == "experience"}
         if trace_ids:
-            prefer, avoid = await self._db.read(
-                lambda db: hotpath.linked_guidance(db, trace_ids, owner, exclude=recalled_policies)
-            )
+            prefer, avoid = hotpath.merge_guidance(loaded.guidance, trace_ids, exclude=recalled_policies)
             data.linked_preference, data.linked_anti_pattern = prefer, avoid
         context = render_block(data, reason=plan.reason, options=self._render_options())
         latency = dto.TierLatencyDTO(
@@ -616,16 +623,40 @@ class Retriever:
 
     # ------------------------------------------------------------ hydration and roll-ups
 
-    async def _hydrate(
+    def _load_sync(
         self,
+        db: Session,
+        found: list[Candidate],
+        owner: OwnerFilter | None,
+        visible: VisibleContext | None,
+        plan: Plan,
+        keywords: KeywordQuery,
+        *,
+        rollups: bool,
+    ) -> _Loaded:
+        """Everything ranking needs from the database, in ONE worker-thread hop (a hop and a read transaction
+        cost about what each of these reads costs): the candidates' rows, the corrections that supersede
+        them, the steps of the past tasks that may become roll-ups and the decision guidance of policies
+        linked to the candidate steps (ranking then keeps the guidance of the steps it picks)."""
+        links: list[tuple[str, str, str]] = []
+        candidates = self._hydrate_sync(db, found, owner, visible, plan, links)
+        candidates = self._follow_supersedes_sync(db, candidates, links, owner, visible, plan)
+        candidates = self._identifier_gate(candidates, keywords)
+        steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
+        trace_ids = [c.ref_id for c in candidates if c.kind == "trace"]
+        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner))
+
+    def _hydrate_sync(
+        self,
+        db: Session,
         candidates: list[Candidate],
         owner: OwnerFilter | None,
         visible: VisibleContext | None,
         plan: Plan,
         links: list[tuple[str, str, str]] | None = None,
     ) -> list[Candidate]:
-        """Load rows, drop what is not eligible, attach payloads, strength signals and vectors; with `links`,
-        also collect the `supersedes` chains of the loaded candidates into it (same database read)."""
+        """Load rows, drop what is not eligible, attach payloads and strength signals; with `links`, also
+        collect the `supersedes` chains of the loaded candidates into it (same transaction)."""
         by_kind: dict[str, list[Candidate]] = {}
         for cand in candidates:
             by_kind.setdefault(_storage_kind(cand.kind), []).append(cand)
@@ -633,32 +664,38 @@ class Retriever:
         for group in by_kind.values():
             group.sort(key=lambda c: c.relevance(self._settings.rrf_k), reverse=True)
             del group[limit:]
-
-        def load(db: Session) -> dict[str, dict[str, Any]]:
-            if links is not None:
-                ids = [c.ref_id for group in by_kind.values() for c in group]
-                links.extend(hotpath.supersede_chains(db, ids, strength_rules.MAX_SUPERSEDE_HOPS))
-            return {
-                kind: hotpath.rows_by_ids(db, kind, [c.ref_id for c in group], owner) for kind, group in by_kind.items()
-            }
-
-        rows = await self._db.read(load)
+        if links is not None:
+            ids = [c.ref_id for group in by_kind.values() for c in group]
+            links.extend(hotpath.supersede_chains(db, ids, strength_rules.MAX_SUPERSEDE_HOPS))
         now = now_ms()
         kept: list[Candidate] = []
         for kind, group in by_kind.items():
-            field = "vec_summary" if kind == "trace" else "vec"
-            stored = self._vectors.vectors_of(kind, field, [c.ref_id for c in group])
+            rows = hotpath.rows_by_ids(db, kind, [c.ref_id for c in group], owner)
             for cand in group:
-                row = rows[kind].get(cand.ref_id)
+                row = rows.get(cand.ref_id)
                 if row is None or row.strength < self.min_strength or not self._eligible(kind, row, visible, plan):
                     continue
-                cand.vector = stored.get(cand.ref_id)
                 self._attach(kind, cand, row, now)
                 kept.append(cand)
         return kept
 
-    async def _follow_supersedes(
+    def _with_vectors(self, candidates: list[Candidate]) -> list[Candidate]:
+        """Attach each candidate's stored vector (for MMR redundancy) from the in-memory indexes (event loop
+        thread: the indexes are updated there)."""
+        by_kind: dict[str, list[Candidate]] = {}
+        for cand in candidates:
+            by_kind.setdefault(_storage_kind(cand.kind), []).append(cand)
+        for kind, group in by_kind.items():
+            stored = self._vectors.vectors_of(
+                kind, "vec_summary" if kind == "trace" else "vec", [c.ref_id for c in group]
+            )
+            for cand in group:
+                cand.vector = stored.get(cand.ref_id)
+        return candidates
+
+    def _follow_supersedes_sync(
         self,
+        db: Session,
         candidates: list[Candidate],
         links: list[tuple[str, str, str]],
         owner: OwnerFilter | None,
@@ -676,7 +713,7 @@ class Retriever:
         by_id = {c.ref_id: c for c in candidates}
         outside = {(kind, new) for kind, new, _ in links if new not in by_id and TIER_OF.get(kind) in plan.caps}
         bare = [Candidate(kind=CANDIDATE_KIND[kind], ref_id=new, tier=TIER_OF[kind]) for kind, new in outside]
-        brought = {c.ref_id: c for c in await self._hydrate(bare, owner, visible, plan)}
+        brought = {c.ref_id: c for c in self._hydrate_sync(db, bare, owner, visible, plan)}
         replaced = strength_rules.resolve_supersedes(set(by_id) | set(brought), [(new, old) for _, new, old in links])
         for old_id, new_ids in replaced.items():
             old = by_id.pop(old_id, None) or brought.pop(old_id, None)
@@ -756,9 +793,25 @@ class Retriever:
             return candidates
         return [c for c in candidates if c.kind in ("skill", "world_model") or "exact" in c.channels]
 
-    async def _roll_up_episodes(self, candidates: list[Candidate], query_vec: np.ndarray | None) -> list[Candidate]:
+    def _rollup_episodes(self, candidates: list[Candidate]) -> list[str]:
+        """The (at most MAX_ROLLUPS) past tasks with several matching steps, best-matching first.
+
+        Only the few best-matching tasks can win a slot; loading every episode's steps cost more than the
+        rest of the query on conversational memories (many short episodes, many weak matches)."""
+        by_episode: dict[str, list[Candidate]] = {}
+        for cand in candidates:
+            if cand.kind == "trace" and cand.episode_id:
+                by_episode.setdefault(cand.episode_id, []).append(cand)
+        rrf_k = self._settings.rrf_k
+        ready = {episode: members for episode, members in by_episode.items() if len(members) >= 2}
+        best_first = sorted(ready, key=lambda e: max(m.relevance(rrf_k) for m in ready[e]), reverse=True)
+        return best_first[:MAX_ROLLUPS]
+
+    def _roll_up_episodes(
+        self, candidates: list[Candidate], steps: dict[str, list[Any]], query_vec: np.ndarray | None
+    ) -> list[Candidate]:
         """A past task whose goal matches the request, with several matching steps, also competes as one
-        "similar past task" (its ordered step list).
+        "similar past task" (its ordered step list; `steps` holds those of `_rollup_episodes`).
 
         The goal is the episode's first step; a roll-up is made only when the request matches that goal
         about as well as its best single step (within GOAL_MARGIN). The steps stay candidates: replacing
@@ -767,21 +820,15 @@ class Retriever:
         step — a long episode must not win by volume — and `fusion.select_with_rollups` drops it when
         steps of the same task were picked anyway (trace-vs-roll-up de-duplication).
         """
-        by_episode: dict[str, list[Candidate]] = {}
-        for cand in candidates:
-            if cand.kind == "trace" and cand.episode_id:
-                by_episode.setdefault(cand.episode_id, []).append(cand)
-        ready = {episode: members for episode, members in by_episode.items() if len(members) >= 2}
-        # Only the few best-matching tasks can win a slot; loading every episode's steps cost more than
-        # the rest of the query on conversational memories (many short episodes, many weak matches).
-        best_first = sorted(ready, key=lambda e: max(m.relevance(self._settings.rrf_k) for m in ready[e]), reverse=True)
-        ready = {episode: ready[episode] for episode in best_first[:MAX_ROLLUPS]}
-        if not ready or query_vec is None:
+        if not steps or query_vec is None:
             return candidates
-        steps = await self._db.read(lambda db: hotpath.episode_steps(db, list(ready)))
+        members_of: dict[str, list[Candidate]] = {}
+        for cand in candidates:
+            if cand.kind == "trace" and cand.episode_id in steps:
+                members_of.setdefault(cand.episode_id, []).append(cand)
         goals = self._vectors.vectors_of("trace", "vec_summary", [rows[0].id for rows in steps.values() if rows])
         rolled: dict[str, Candidate] = {}
-        for episode, members in ready.items():
+        for episode, members in members_of.items():
             trace_rows = steps.get(episode, [])
             goal = goals.get(trace_rows[0].id) if trace_rows else None
             if goal is None:

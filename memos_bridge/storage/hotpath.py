@@ -217,28 +217,41 @@ def supersede_chains(db: Session, ids: Sequence[str], depth: int) -> list[tuple[
 def _guidance_statement(owner_sql: str) -> TextualSelect:
     return (
         text(
-            f'SELECT DISTINCT b.id, b.decision_guidance_json, b.updated_at FROM "{POLICIES.name}" AS b '
+            f'SELECT l.trace_id, b.id, b.decision_guidance_json, b.updated_at FROM "{POLICIES.name}" AS b '
             f'JOIN "{LINKS.name}" AS l ON l.policy_id = b.id '
             f"WHERE l.trace_id IN :ids AND b.archived_at IS NULL AND b.status != 'archived' AND {owner_sql} "
             "ORDER BY b.updated_at DESC"
         )
         .bindparams(bindparam("ids", expanding=True))
-        .columns(POLICIES.c.id._copy(), POLICIES.c.decision_guidance_json._copy(), POLICIES.c.updated_at._copy())
+        .columns(
+            LINKS.c.trace_id._copy(),
+            POLICIES.c.id._copy(),
+            POLICIES.c.decision_guidance_json._copy(),
+            POLICIES.c.updated_at._copy(),
+        )
     )
 
 
-def linked_guidance(
-    db: Session, trace_ids: Sequence[str], owner: OwnerFilter | None, *, exclude: set[str]
-) -> tuple[list[str], list[str]]:
-    """Prefer/avoid lines of live policies linked to these traces (policies in `exclude` left out)."""
+def guidance_rows(db: Session, trace_ids: Sequence[str], owner: OwnerFilter | None) -> list[Row[Any]]:
+    """(trace_id, id, decision_guidance_json, updated_at) of live policies linked to these traces, newest
+    policy first (read for every candidate step; `merge_guidance` keeps those of the steps recalled)."""
     if not trace_ids:
-        return [], []
+        return []
     owner_sql, params = _owner(owner, "b")
+    return list(db.execute(_guidance_statement(owner_sql), {"ids": list(trace_ids), **params}))
+
+
+def merge_guidance(rows: Sequence[Row[Any]], trace_ids: set[str], *, exclude: set[str]) -> tuple[list[str], list[str]]:
+    """Prefer/avoid lines of the policies linked to `trace_ids` (policies in `exclude` left out), newest
+    policy first, each line once, at most five of each."""
     prefer: list[str] = []
     avoid: list[str] = []
-    for policy_id, guidance, _ in db.execute(_guidance_statement(owner_sql), {"ids": list(trace_ids), **params}):
-        if policy_id in exclude or not isinstance(guidance, dict):
+    seen: set[str] = set()
+    for row in rows:
+        trace_id, policy_id, guidance = row.trace_id, row.id, row.decision_guidance_json
+        if trace_id not in trace_ids or policy_id in exclude or policy_id in seen or not isinstance(guidance, dict):
             continue
+        seen.add(policy_id)
         prefer.extend(line for line in guidance.get("preference", []) if line not in prefer)
         avoid.extend(line for line in guidance.get("antiPattern", []) if line not in avoid)
     return prefer[:5], avoid[:5]
