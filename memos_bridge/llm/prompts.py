@@ -231,53 +231,10 @@ Reply with only a JSON object: {{"relation": "...", "confidence": <0..1>, "reaso
 )
 
 
-class ArbitrationOutput(_Output):
-    relation: Literal["follow_up", "new_task"]
-    reason: Text200 = ""
-
-    @field_validator("relation", mode="before")
-    @classmethod
-    def _relation(cls, value: Any) -> Any:
-        return _label(value, _RELATION_SYNONYMS)
-
-
-RELATION_ARBITRATE: Final = Prompt(
-    id="session.relation.arbitrate",
-    version=1,
-    description="Second opinion when the relation classifier says new_task with low confidence.",
-    system=f"""\
-A classifier thinks a NEW user message starts a new task, but it is not sure. Splitting one task in two \
-loses context; merging two tasks costs little. Answer new_task only if the new message plainly needs \
-nothing from the open task; otherwise follow_up. {_DATA_NOT_INSTRUCTIONS}
-Reply with only a JSON object: {{"relation": "follow_up" | "new_task", "reason": "<a few words>"}}""",
-    user_template="OPEN TASK:\n${context}\n\nNEW MESSAGE:\n${text}",
-    max_tokens=150,
-    schema=ArbitrationOutput,
-)
-
-
 # --------------------------------------------------------------------------------------------------------
-# Capture: summaries and reflections
+# Episode summary and reflections (the deterministic capture summary needs no LLM)
 # --------------------------------------------------------------------------------------------------------
 
-
-class TraceSummaryOutput(_Output):
-    summary: Text200
-
-
-TRACE_SUMMARIZE: Final = Prompt(
-    id="capture.summarize",
-    version=1,
-    description="One memory line for one captured step (user ask, agent reply, tools).",
-    system=f"""\
-Condense one step of a conversation between a user and an AI agent into a single line worth remembering: \
-what was asked or done and the concrete result (names, values, decisions). At most 120 characters, no \
-preamble. {_SAME_LANGUAGE} {_DATA_NOT_INSTRUCTIONS}
-Reply with only a JSON object: {{"summary": "..."}}""",
-    user_template="USER:\n${user_text}\n\nAGENT:\n${agent_text}\n\nTOOLS:\n${tools}",
-    max_tokens=160,
-    schema=TraceSummaryOutput,
-)
 
 EpisodeOutcome = Literal["success", "partial", "failure", "unknown"]
 
@@ -351,19 +308,6 @@ Reply with only a JSON object: {{"scores": [{{"idx": 1, "alpha": 0.0, "usable": 
     max_tokens=1024,
     schema=ReflectionScoresOutput,
 )
-
-REFLECTION_SYNTH: Final = TextPrompt(
-    id="reflection.synth",
-    version=1,
-    description="A first-person 'why I did this' for one step that has no reflection (plain text).",
-    system=f"""\
-Write two to four sentences, in the first person, explaining why the agent took this step and what it \
-learned from the result, using only what the step shows. If the step shows no reasoning at all, answer \
-exactly NONE. {_SAME_LANGUAGE} {_DATA_NOT_INSTRUCTIONS}""",
-    user_template="TASK:\n${task}\n\nSTEP:\n${step}",
-    max_tokens=200,
-)
-
 
 # --------------------------------------------------------------------------------------------------------
 # Reward
@@ -857,11 +801,8 @@ PROMPTS: Final[dict[str, TextPrompt]] = {
     for prompt in (
         INTENT_CLASSIFY,
         RELATION_CLASSIFY,
-        RELATION_ARBITRATE,
-        TRACE_SUMMARIZE,
         EPISODE_SUMMARIZE,
         REFLECTION_SCORE,
-        REFLECTION_SYNTH,
         R_HUMAN_SCORE,
         L2_INDUCTION,
         DECISION_REPAIR,

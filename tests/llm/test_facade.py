@@ -18,7 +18,7 @@ from memos_bridge.llm.budget import CallBudget
 from memos_bridge.llm.errors import NO_LLM_CODES, llm_error
 from memos_bridge.llm.facade import LLMFacade, usage_tokens
 from memos_bridge.llm.host import NoLLM
-from memos_bridge.llm.prompts import REFLECTION_SYNTH, RELATION_CLASSIFY, Prompt, RelationOutput, _Output
+from memos_bridge.llm.prompts import RELATION_CLASSIFY, Prompt, RelationOutput, TextPrompt, _Output
 from memos_bridge.llm.schema import Text40
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import ApiLogRow
@@ -191,7 +191,10 @@ async def test_schema_aware_providers_get_the_schema_as_a_parameter() -> None:
 async def test_complete_text_strips_thinking_and_retries_an_empty_answer() -> None:
     provider = ScriptedProvider("<think>...</think>  ", "I ran the tests because the build was red.")
     facade, sink = _facade(provider)
-    text = await facade.complete_text(REFLECTION_SYNTH, {"task": "t", "step": "s"}, op="synth")
+    why = TextPrompt(
+        id="test.why", version=1, description="plain text", system="Say why.", user_template="${task}: ${step}"
+    )
+    text = await facade.complete_text(why, {"task": "t", "step": "s"}, op="synth")
     assert text == "I ran the tests because the build was red."
     assert [e.success for e in sink.entries] == [False, True]
 

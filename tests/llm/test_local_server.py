@@ -101,18 +101,11 @@ def _facade(server: LocalServer, timeout_ms: int = 60_000) -> tuple[LLMFacade, O
     return LLMFacade([provider], default_timeout_ms=timeout_ms), provider
 
 
-TRACE: dict[str, object] = {
-    "user_text": "pip install psycopg2 fails with 'pg_config executable not found'",
-    "agent_text": "Installed libpq-dev with apt-get, retried pip install psycopg2: it succeeded and the tests pass.",
-    "tools": "bash: apt-get install -y libpq-dev -> ok\nbash: pip install psycopg2 -> ok",
+TRANSCRIPT: dict[str, object] = {
+    "transcript": "USER: install psycopg2\nAGENT: pg_config was missing; installed libpq-dev; retry ok."
 }
 CASES: list[tuple[prompts.Prompt[Any], dict[str, object], str]] = [
-    (prompts.TRACE_SUMMARIZE, TRACE, "capture.summarize"),
-    (
-        prompts.EPISODE_SUMMARIZE,
-        {"transcript": "USER: install psycopg2\nAGENT: pg_config was missing; installed libpq-dev; retry ok."},
-        "episode.summarize",
-    ),
+    (prompts.EPISODE_SUMMARIZE, TRANSCRIPT, "episode.summarize"),
     (
         prompts.RELATION_CLASSIFY,
         {
@@ -161,9 +154,9 @@ async def test_a_forced_timeout_raises_llm_timeout(server: LocalServer) -> None:
     llm, _provider = _facade(server)
     try:
         with pytest.raises(MemosError) as caught:
-            await llm.complete_json(prompts.TRACE_SUMMARIZE, TRACE, op="capture.summarize", timeout_ms=100)
+            await llm.complete_json(prompts.EPISODE_SUMMARIZE, TRANSCRIPT, op="episode.summarize", timeout_ms=100)
         assert caught.value.code is ErrorCode.LLM_TIMEOUT
-        assert llm.stats()["ops"]["capture.summarize"]["failures"] == 1
+        assert llm.stats()["ops"]["episode.summarize"]["failures"] == 1
     finally:
         await llm.aclose()
 

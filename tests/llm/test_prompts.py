@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from memos_bridge.llm import prompts as prompts_module
 from memos_bridge.llm.prompts import (
     INTENT_CLASSIFY,
     L2_INDUCTION,
@@ -15,7 +17,6 @@ from memos_bridge.llm.prompts import (
     R_HUMAN_SCORE,
     REFLECTION_SCORE,
     RETRIEVAL_FILTER,
-    ArbitrationOutput,
     EpisodeSummaryOutput,
     FilterOutput,
     IntentOutput,
@@ -25,12 +26,11 @@ from memos_bridge.llm.prompts import (
     RelationOutput,
     RepairOutput,
     RHumanOutput,
-    TraceSummaryOutput,
+    TextPrompt,
 )
 from memos_bridge.llm.schema import schema_hint, strict_json_schema, validate_output
 
 REQUIRED_PROMPTS = {
-    "capture.summarize",
     "episode.summarize",
     "reflection.score",
     "session.relation.classify",
@@ -46,6 +46,17 @@ def test_every_required_prompt_is_registered_with_a_version() -> None:
     for prompt_id, prompt in PROMPTS.items():
         assert prompt.id == prompt_id and prompt.version >= 1 and prompt.description
         assert prompt.tag == f"{prompt.id}.v{prompt.version}"
+
+
+def test_every_registered_prompt_is_used_by_the_service() -> None:
+    """A prompt nothing calls is dead weight (and a false promise in the registry): each one must be named
+    by a module outside the registry."""
+    package = Path(prompts_module.__file__).resolve().parents[1]
+    sources = "\n".join(path.read_text(encoding="utf-8") for path in package.rglob("*.py") if path.name != "prompts.py")
+    names = {value.id: name for name, value in vars(prompts_module).items() if isinstance(value, TextPrompt)}
+    assert set(names) == set(PROMPTS)
+    unused = sorted(prompt_id for prompt_id, name in names.items() if not re.search(rf"\b{name}\b", sources))
+    assert unused == []
 
 
 def _walk_objects(node: Any) -> list[dict[str, Any]]:
@@ -108,9 +119,6 @@ def test_relation_synonyms_and_clamping() -> None:
     assert RelationOutput.model_validate({"relation": "append", "confidence": 3}).relation == "follow_up"
     assert RelationOutput.model_validate({"relation": "New Task"}).relation == "new_task"
     assert RelationOutput.model_validate({"relation": "redo", "confidence": -1}).confidence == 0.0
-    assert ArbitrationOutput.model_validate({"relation": "continue"}).relation == "follow_up"
-    with pytest.raises(ValidationError):
-        ArbitrationOutput.model_validate({"relation": "revision"})
 
 
 def test_r_human_axes_clamp_and_combine_with_the_reference_weights() -> None:
@@ -160,7 +168,6 @@ def test_filter_output_keeps_numbers_and_the_legacy_key() -> None:
 
 
 def test_other_outputs_validate() -> None:
-    assert TraceSummaryOutput.model_validate({"summary": " fixed the build "}).summary == "fixed the build"
     episode = EpisodeSummaryOutput.model_validate({"title": "t", "summary": "s", "outcome": 3})
     assert episode.outcome == "unknown"
     repair = RepairOutput.model_validate({"preference": "Prefer uv", "anti_pattern": "Avoid pip", "severity": "INFO"})
