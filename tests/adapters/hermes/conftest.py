@@ -9,14 +9,30 @@ runs for real, minus the network.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 HERMES_MISSING = "hermes-agent is not installed (pip install -e '.[dev]' or 'memos-bridge[hermes]')"
+
+
+def require_hermes(module: str) -> ModuleType:
+    """Import a hermes-agent module; skip only when hermes-agent is not installed at all.
+
+    `pytest.importorskip` also skips when the package is installed but its import fails (a broken release, a
+    missing dependency, an API moved) — exactly the breakage these tests exist to report. Here that import error
+    propagates and the module fails.
+    """
+    try:
+        importlib.metadata.distribution("hermes-agent")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(HERMES_MISSING, allow_module_level=True)
+    return importlib.import_module(module)
 
 
 @dataclass
@@ -35,7 +51,7 @@ class StubHostModel:
 
 @pytest.fixture
 def stub_host_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubHostModel]:
-    auxiliary = pytest.importorskip("agent.auxiliary_client", reason=HERMES_MISSING)
+    auxiliary = require_hermes("agent.auxiliary_client")
     stub = StubHostModel()
     monkeypatch.setattr(auxiliary, "call_llm", stub)
     yield stub

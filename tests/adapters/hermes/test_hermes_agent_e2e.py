@@ -15,14 +15,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.adapters.hermes.conftest import HERMES_MISSING
+from tests.adapters.hermes.conftest import require_hermes
 
-pytest.importorskip("run_agent", reason=HERMES_MISSING)
+require_hermes("run_agent")
 
-from memos_bridge_hermes import runtime as runtime_module
-from memos_bridge_hermes.__main__ import install
-from memos_bridge_hermes.provider import MemosBridgeProvider
-from run_agent import AIAgent
+from memos_bridge_hermes import runtime as runtime_module  # noqa: E402
+from memos_bridge_hermes.__main__ import install  # noqa: E402
+from memos_bridge_hermes.provider import MemosBridgeProvider  # noqa: E402
+from run_agent import AIAgent  # noqa: E402
 
 
 class ScriptedModel(BaseHTTPRequestHandler):

@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from memos_bridge.client import ServiceClient
-from tests.adapters.hermes.conftest import HERMES_MISSING
+from tests.adapters.hermes.conftest import require_hermes
 
-memory_provider = pytest.importorskip("agent.memory_provider", reason=HERMES_MISSING)
-plugins_memory = pytest.importorskip("plugins.memory", reason=HERMES_MISSING)
+memory_provider = require_hermes("agent.memory_provider")
+plugins_memory = require_hermes("plugins.memory")
 
 from memos_bridge_hermes.__main__ import install, plugin_dir  # noqa: E402
 from memos_bridge_hermes.provider import MemosBridgeProvider  # noqa: E402

@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.hermes.conftest import HERMES_MISSING, StubHostModel
+from tests.adapters.hermes.conftest import StubHostModel, require_hermes
 
-pytest.importorskip("agent.memory_provider", reason=HERMES_MISSING)
+require_hermes("agent.memory_provider")
 
-from agent import auxiliary_client
-from agent.memory_manager import MemoryManager
-from memos_bridge_hermes import runtime as runtime_module
-from memos_bridge_hermes.__main__ import install
-from memos_bridge_hermes.provider import MemosBridgeProvider
-from plugins.memory import load_memory_provider
+from agent import auxiliary_client  # noqa: E402
+from agent.memory_manager import MemoryManager  # noqa: E402
+from memos_bridge_hermes import runtime as runtime_module  # noqa: E402
+from memos_bridge_hermes.__main__ import install  # noqa: E402
+from memos_bridge_hermes.provider import MemosBridgeProvider  # noqa: E402
+from plugins.memory import load_memory_provider  # noqa: E402
 
-from memos_bridge.client import ServiceClient
+from memos_bridge.client import ServiceClient  # noqa: E402
 
 TASK = "Parse holdings.xml and write answers.json with the total value per issuer"
 REPLY = "I wrote answers.json with the total value per issuer."

@@ -27,10 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memos_bridge_hermes import runtime as runtime_module
-from memos_bridge_hermes.provider import LATE_RECALL_HEADER, MemosBridgeProvider
 
 from memos_bridge.client import ServiceClient
+from tests.adapters.hermes.conftest import require_hermes
+
+require_hermes("agent.memory_provider")
+
+from memos_bridge_hermes import runtime as runtime_module  # noqa: E402
+from memos_bridge_hermes.provider import LATE_RECALL_HEADER, MemosBridgeProvider  # noqa: E402
 
 TASK = "Configure daily log rotation for /var/log/nginx with logrotate"
 REPLY = "Added /etc/logrotate.d/nginx with a daily rule and tested it with logrotate -d."
