@@ -151,7 +151,13 @@ class LLMSettings(_Section):
         None, description="Model name sent to openai_compatible; unset = the server's loaded model (llama.cpp)."
     )
     timeout_ms: int = Field(45_000, ge=100, description="Deadline of one LLM call, retries included.")
-    max_retries: int = Field(3, ge=0, le=10, description="Retries on 429/5xx/dropped connections (openai_compatible).")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        le=10,
+        description="Retries on 429/5xx/dropped connections (openai_compatible) and on a host's rate limit; "
+        "each counts against the LLM budget.",
+    )
     retry_backoff_ms: int = Field(500, ge=0, description="First back-off delay; doubles per retry, with jitter.")
     retry_backoff_max_ms: int = Field(
         20_000, ge=0, description="Longest single back-off, also the cap on a server's Retry-After."

@@ -35,7 +35,13 @@ EVENT_QUEUE = 10_000
 def build_llm(settings: Settings, hub: PeerHub) -> LLMProvider:
     """The host provider; with openai_compatible it is the fallback (MemoryCore builds the facade)."""
     if settings.llm.provider in ("host", "openai_compatible"):
-        return HostLLM(hub.host_peer, settings.llm.timeout_ms)
+        return HostLLM(
+            hub.host_peer,
+            settings.llm.timeout_ms,
+            max_retries=settings.llm.max_retries,
+            backoff_ms=settings.llm.retry_backoff_ms,
+            backoff_max_ms=settings.llm.retry_backoff_max_ms,
+        )
     return NoLLM()
 
 

@@ -2,15 +2,20 @@
 
 A budget is the user's cost ceiling, so it is enforced where calls are made (the facade), in both full and
 lightweight mode, and a call *reserves* its slot before it is sent: concurrent callers cannot overshoot.
-Every attempt counts — a corrective retry and a fallback to the host are calls too — because each one
-can cost tokens. Zero means "no limit". Exhaustion is reported as `llm_budget_exhausted`, which callers
-treat exactly like "no LLM configured".
+Every attempt counts — a corrective retry and a fallback to the host are calls too, and so is every
+request a provider re-sends on its own (openai_compatible's HTTP retries, the host provider's rate-limit
+back-off), which the provider reports with `charge_retry()` before sending it — because each one can cost
+tokens. Zero means "no limit". Exhaustion is reported as `llm_budget_exhausted`, which callers treat
+exactly like "no LLM configured".
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
@@ -71,3 +76,27 @@ class CallBudget:
             "usedThisHour": len(self._recent),
             "refused": self.refused,
         }
+
+
+#: How the call in progress pays for a provider's own retries (set by the facade around each provider
+#: attempt; a context variable, because concurrent calls share one provider object).
+_retry_charge: ContextVar[Callable[[], None] | None] = ContextVar("memos_llm_retry_charge", default=None)
+
+
+@contextmanager
+def charging_retries(charge: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, `charge_retry()` calls `charge` (which reserves a slot or raises)."""
+    token = _retry_charge.set(charge)
+    try:
+        yield
+    finally:
+        _retry_charge.reset(token)
+
+
+def charge_retry() -> None:
+    """A provider is about to re-send a request of the call in progress: count it against that call's
+    budgets, or raise `llm_budget_exhausted` (the provider then gives up with the error it had). Outside a
+    facade call (a provider used on its own) there is no budget and nothing happens."""
+    charge = _retry_charge.get()
+    if charge is not None:
+        charge()

@@ -39,7 +39,7 @@ from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.llm.apilog import ApiLogEntry, ApiLogSink, NullApiLogSink
 from memos_bridge.llm.base import ChatMessage, Completion, LLMProvider
 from memos_bridge.llm.breaker import BreakerPolicy, CircuitBreaker, Clock
-from memos_bridge.llm.budget import CallBudget
+from memos_bridge.llm.budget import CallBudget, charging_retries
 from memos_bridge.llm.errors import failure_kind
 from memos_bridge.llm.jsonparse import strip_think
 from memos_bridge.llm.prompts import Prompt, TextPrompt
@@ -81,6 +81,7 @@ class OpStats:
     malformed: int = 0
     budget_refused: int = 0
     fallbacks: int = 0
+    retries: int = 0  # requests a provider re-sent on its own (HTTP retries, rate-limit back-off), budgeted
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
@@ -396,7 +397,7 @@ class LLMFacade:
         timeout_ms = min(ctx.timeout_ms, math.ceil(remaining_s * 1000 / TIMEOUT_STEP_MS) * TIMEOUT_STEP_MS)
         started = time.perf_counter()
         try:
-            with anyio.fail_after(remaining_s):
+            with anyio.fail_after(remaining_s), charging_retries(lambda: self._charge_retry(ctx)):
                 if schema is not None and getattr(provider, "accepts_response_schema", False) is True:
                     completion = await cast(_SchemaAwareProvider, provider).complete(
                         messages,
@@ -446,6 +447,16 @@ class LLMFacade:
         if not isinstance(completion.text, str):
             completion.text = ""
         return completion
+
+    def _charge_retry(self, ctx: _CallContext) -> None:
+        """A provider re-sends a request of this call (`budget.charge_retry`): one more call on the budget."""
+        stats = self._op(ctx.op)
+        try:
+            self._budget.reserve(ctx.episode_id)
+        except MemosError:
+            stats.budget_refused += 1
+            raise
+        stats.retries += 1
 
     # ------------------------------------------------------------------------------------------ logging
 

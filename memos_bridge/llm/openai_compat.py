@@ -20,9 +20,10 @@ HTTP outcomes map onto the LLM error family (see `llm.errors` for the failure ki
 | connection refused / DNS | `llm_unavailable` | transient | no (fail fast; the breaker and fallback act) |
 | 200 with an unreadable body | `llm_unavailable` | transient | no |
 
-Retries are bounded by `max_retries` and by the call's deadline: a `Retry-After` longer than the time left
-ends the call at once. The API key is sent only in the `Authorization` header and never logged or put
-into an error message.
+Retries are bounded by `max_retries`, by the call's deadline (a `Retry-After` longer than the time left
+ends the call at once) and by the LLM budget: each retry is charged to it (`budget.charge_retry`) before it
+is sent, and a spent budget ends the call with the error at hand. The API key is sent only in the
+`Authorization` header and never logged or put into an error message.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import httpx
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.llm.base import ChatMessage, Completion
+from memos_bridge.llm.budget import charge_retry
 from memos_bridge.llm.errors import FailureKind, llm_error, looks_like_billing_error
 from memos_bridge.llm.schema import ResponseSchema, schema_hint
 
@@ -255,6 +257,11 @@ class OpenAICompatLLM:
             delay = self._backoff(attempt, retry_after)
             if time.monotonic() + delay >= deadline:
                 raise error  # the server asked for more time than the call has left
+            try:
+                charge_retry()  # a retry can cost tokens like the first request: the call's budget pays for it
+            except MemosError as refused:
+                log.info("%s: %s; not retried: %s", self.name, error.message, refused.message)
+                raise error from refused
             attempt += 1
             log.info("%s: %s; retry %d/%d in %.2f s", self.name, error.message, attempt, self._max_retries, delay)
             await self._sleep(delay)

@@ -19,6 +19,7 @@ from memos_bridge.config import LLMSettings
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.llm.apilog import MemoryApiLogSink
 from memos_bridge.llm.base import ChatMessage
+from memos_bridge.llm.budget import CallBudget
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.factory import build_llm_facade, build_providers
 from memos_bridge.llm.host import NoLLM
@@ -406,3 +407,26 @@ async def test_concurrent_calls_share_one_client(server: CannedServer) -> None:
     finally:
         await provider.aclose()
     assert len(server.requests) == 5
+
+
+async def test_http_retries_count_against_the_llm_budget(server: CannedServer) -> None:
+    """Each re-sent request can cost tokens: the facade's per-episode budget pays for it (budget.py)."""
+    server.play(Canned(status=503, body={"error": "overloaded"}), Canned(status=503), Canned(body=chat_body("ok")))
+    provider, sleep = _provider(server, max_retries=3, backoff_ms=1)
+    facade = LLMFacade([provider], budget=CallBudget(2, 0))
+    try:
+        with pytest.raises(MemosError) as info:
+            await facade.complete(USER, op="test", episode_id="ep_1")
+    finally:
+        await facade.aclose()
+    # the first request and one retry fit in the episode's two calls; the second retry is refused
+    assert len(server.requests) == 2 and len(sleep.delays) == 1
+    assert info.value.code is ErrorCode.LLM_RATE_LIMITED  # the call ends with the provider's own error
+    stats = facade.stats()["ops"]["test"]
+    assert stats["retries"] == 1 and stats["budget_refused"] == 1
+    assert facade.available("ep_1") is False  # the episode's budget is spent
+    # a provider used without a facade has no budget: it retries as configured
+    server.requests.clear()
+    server.play(Canned(status=503), Canned(status=503), Canned(body=chat_body("ok")))
+    alone, _ = _provider(server, max_retries=3, backoff_ms=1)
+    assert (await _complete(alone)).text == "ok" and len(server.requests) == 3
