@@ -40,6 +40,12 @@ async def episode(core: MemoryCore, episode_id: str) -> EpisodeRow:
     return row
 
 
+def queued(core: MemoryCore, episode_id: str) -> str | None:
+    """The trigger the learning queue holds for this episode (waiting for its feedback window), if any."""
+    entry = core.learning.queue._pending.get(episode_id)
+    return entry.trigger if entry is not None else None
+
+
 async def task(core: MemoryCore, session: str, text: str, answer: str, ts: int) -> str:
     episode_id = await start(core, session, text, ts)
     await reply(core, session, episode_id, answer, ts + 1000)
@@ -69,6 +75,7 @@ async def test_relation_decides_append_or_new_episode(core_factory: Any, text: s
     if not same:
         closed = await episode(core, first)
         assert closed.status == "closed" and closed.close_reason == "new_task"
+        assert queued(core, first) == "finalized:new_task"  # the finished task's learning chain is queued
         opened = await episode(core, second)
         assert opened.meta_json["boundary"]["previousEpisodeId"] == first
         assert opened.meta_json["boundary"]["relation"] == "new_task"
@@ -79,12 +86,19 @@ async def test_gap_and_user_turn_cap_still_split(core_factory: Any) -> None:
     first = await task(core, "se_g", *NGINX, ts=1_000_000)
     after_gap = await start(core, "se_g", "Also enable gzip compression for it", 1_000_000 + 3 * HOUR)
     assert after_gap != first and (await episode(core, first)).close_reason == "gap"
+    assert queued(core, first) == "finalized:gap"
     # tool-less follow-ups: the cap counts user turns (3), not steps
     for i in range(2):
         same = await start(core, "se_g", f"also add header number {i} to the config", 1_000_000 + 3 * HOUR + i + 1)
         assert same == after_gap
     capped = await start(core, "se_g", "also add one more header please", 1_000_000 + 3 * HOUR + 10)
     assert capped != after_gap and (await episode(core, after_gap)).close_reason == "turn_cap"
+    assert queued(core, after_gap) == "finalized:turn_cap"
+    await core.flush()  # and the queued chains run for both finished episodes
+    assert core.learning.last_reports[first].trigger == "finalized:gap"
+    assert core.learning.last_reports[after_gap].trigger == "finalized:turn_cap"
+    assert (await episode(core, first)).meta_json["reward"]["status"] == "done"
+    assert queued(core, capped) is None  # the open one is not learned from yet
 
 
 async def test_a_correction_right_after_a_closed_task_reopens_it(core_factory: Any) -> None:
