@@ -91,6 +91,7 @@ class MemoryCore:
         self.turns.on_recalled = self.strength.access_write  # recall counts access, never strength
         self.retriever.min_strength = settings.strength.recall_floor
         self.retriever.min_world_confidence = settings.learning.world.min_confidence_for_retrieval
+        self.retriever.priority_half_life_days = settings.learning.reward.half_life_days
 
     # ------------------------------------------------------------ lifecycle
 

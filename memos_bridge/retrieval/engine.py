@@ -17,7 +17,6 @@ never fails because of retrieval.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from sqlalchemy.orm import Session
 from memos_bridge.config import RetrievalSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
-from memos_bridge.core import strength_rules
+from memos_bridge.core import reward, strength_rules
 from memos_bridge.core.capture import extract_error_signatures, tool_signature
 from memos_bridge.core.text import clip
 from memos_bridge.core.vector_store import FIELDS as VECTOR_FIELDS
@@ -57,7 +56,7 @@ from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import FtsKind, Tokenizer, fts_search, pattern_search
 from memos_bridge.storage.owner import OwnerFilter
-from memos_bridge.timeutil import DAY_MS, now_ms
+from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,6 @@ RENDER_RESERVE_S = 0.03  # of a turn's deadline, kept for hydration, ranking and
 GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
 WORLD_MIN_CONFIDENCE = 0.2  # reference minConfidenceForRetrieval, which its Tier-3 never applied
-PRIORITY_HALF_LIFE_DAYS = 30.0
 MIN_SKILL_ETA = 0.1
 LONG_IDENTIFIER = 8
 MAX_QUERY_CHARS = 1500
@@ -387,6 +385,7 @@ class Retriever:
         self._llm = llm if settings.llm_filter else None
         self.min_strength = 0.0  # memories weaker than this are not recalled (MemoryCore: strength.recall_floor)
         self.min_world_confidence = WORLD_MIN_CONFIDENCE  # MemoryCore: learning.world.min_confidence_for_retrieval
+        self.priority_half_life_days = reward.DECAY_HALF_LIFE_DAYS  # MemoryCore: learning.reward.half_life_days
 
     # ------------------------------------------------------------ entry points
 
@@ -734,11 +733,11 @@ class Retriever:
             return bool(row.status in ("active", "candidate") and row.eta >= MIN_SKILL_ETA)
         return bool(row.status == "active" and row.confidence >= self.min_world_confidence)
 
-    @staticmethod
-    def _attach(kind: str, cand: Candidate, row: Any, now: int) -> None:
+    def _attach(self, kind: str, cand: Candidate, row: Any, now: int) -> None:
         if kind == "trace":
-            age_days = max(now - row.ts, 0) / DAY_MS
-            cand.strength = max(row.priority, 0.0) * math.pow(0.5, age_days / PRIORITY_HALF_LIFE_DAYS)
+            # The live priority, from the step's value and its age now (the stored `priority` was decayed
+            # once already, when the episode was scored: decaying it again counted the age twice).
+            cand.strength = reward.priority_at(row.value, row.ts, now, half_life_days=self.priority_half_life_days)
             cand.dedupe_key = fusion.normalise_text(row.summary or "")
             cand.episode_id = row.episode_id
             cand.payload = TraceSnippet(

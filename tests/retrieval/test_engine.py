@@ -427,3 +427,35 @@ async def test_a_slow_channel_at_the_deadline_returns_what_is_ready(core_factory
     assert result.stats is not None and "deadline:partial" in result.stats.degraded
     assert [h.ref_id for h in result.hits] == [end.trace_id]  # found by the full-text channel in time
     assert all(not set(h.channels) & {"vec_summary", "vec_action"} for h in result.hits)
+
+
+async def test_a_steps_live_priority_counts_its_age_once(core_factory: Any) -> None:
+    """Late feedback re-scores an old episode: its stored priority is already decayed by the step's age,
+    so retrieval must derive the live priority from the value, not decay the stored priority again."""
+    from types import SimpleNamespace
+
+    from memos_bridge.core import reward
+    from memos_bridge.retrieval.fusion import Candidate
+
+    core = await core_factory()
+    now = 100 * reward.MS_PER_DAY
+    month_old = now - 30 * reward.MS_PER_DAY
+    row = SimpleNamespace(
+        id="tr_1",
+        ts=month_old,
+        value=0.8,
+        priority=reward.priority_at(0.8, month_old, now),  # what a re-score today stores: 0.4
+        strength=0.5,
+        summary="s",
+        episode_id="ep_1",
+        step_index=1,
+        user_text="",
+        agent_text="a",
+        tool_calls_json=[],
+    )
+    fresh = SimpleNamespace(**{**vars(row), "id": "tr_2", "ts": now, "priority": 0.8})
+    old_cand, new_cand = Candidate(kind="trace", ref_id="tr_1", tier=2), Candidate(kind="trace", ref_id="tr_2", tier=2)
+    core.retriever._attach("trace", old_cand, row, now)
+    core.retriever._attach("trace", new_cand, fresh, now)
+    # a 30-day half-life: the month-old step keeps half of its value, not a quarter
+    assert old_cand.strength == pytest.approx(new_cand.strength - 0.4)
