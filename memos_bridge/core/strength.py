@@ -485,10 +485,14 @@ class StrengthService:
 
 
 async def strength_stage(ctx: LearningContext, episode_id: str, reward: object) -> dict[str, list[str]]:
-    """Protect the preference experiences built from the user's own explicit feedback on this episode.
+    """Protect the typed experiences that are the user's own rules: built from this episode's explicit
+    feedback and from nothing but the user's own words.
 
     Runs after the experience builder in the learning chain (so the experiences exist). A rule the user
-    wrote is protected: failures reported later cannot push it under the recall floor.
+    wrote is protected whatever type the builder gave it — "Never force-push to main." is a
+    failure_avoidance, "Do not force push to main; open a PR instead." a repair_instruction — so failures
+    reported later cannot push it under the recall floor. An experience that also rests on a verifier's
+    verdict or on implicit feedback is learned, not authored, and stays unprotected.
     """
     floor_settings = ctx.settings.strength
 
@@ -499,10 +503,17 @@ async def strength_stage(ctx: LearningContext, episode_id: str, reward: object) 
         if not authored or episode is None:
             return []
         owner = OwnerFilter(episode.owner_agent_kind, episode.owner_profile_id, episode.owner_workspace_id)
-        stmt = select(PolicyRow).where(PolicyRow.experience_type == "preference", PolicyRow.protected.is_(False))
-        return [
-            row.id for row in db.scalars(stmt) if owner.owns(row) and authored & set(row.source_feedback_ids_json or [])
+        stmt = select(PolicyRow).where(PolicyRow.protected.is_(False))
+        candidates = [
+            row for row in db.scalars(stmt) if owner.owns(row) and authored & set(row.source_feedback_ids_json or [])
         ]
+        sources = {fid for row in candidates for fid in row.source_feedback_ids_json or []}
+        by_user = {
+            row.id
+            for row in db.scalars(select(FeedbackRow).where(FeedbackRow.id.in_(sources)))
+            if rules.is_user_authored(row.channel, row.raw_json)
+        }
+        return [row.id for row in candidates if set(row.source_feedback_ids_json or []) <= by_user]
 
     found = await ctx.db.read(find)
     if not found:
@@ -514,5 +525,5 @@ async def strength_stage(ctx: LearningContext, episode_id: str, reward: object) 
             row.strength = rules.lift_to_floor(row.strength, floor_settings)
 
     await ctx.db.write(protect)
-    log.info("strength: protected %d user-authored preference(s) of %s", len(found), episode_id)
+    log.info("strength: protected %d user-authored rule(s) of %s", len(found), episode_id)
     return {"protected": found}

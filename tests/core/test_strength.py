@@ -463,7 +463,7 @@ async def test_the_service_runs_the_decay_job_on_its_interval(core_factory: Any)
 # ------------------------------------------------------------------------------------------ protection
 
 
-async def test_user_authored_preferences_are_protected_and_survive_failures(core_factory: Any) -> None:
+async def test_user_authored_rules_are_protected_and_survive_failures(core_factory: Any) -> None:
     t0 = now_ms()
     core, _ = await _core(core_factory, t0)
     trace = await _trace(core, "se_a", "write the quarterly report summary", "Here it is.", t0)
@@ -477,21 +477,64 @@ async def test_user_authored_preferences_are_protected_and_survive_failures(core
     verifier = await feedback("field mismatch", raw={"verifier": {"passed": 1, "total": 4}})
     implicit = await feedback("user re-asked", channel="implicit")
     mine = await _policy(core, "Answer in bullet points, not paragraphs", kind="preference", feedback=[user])
+    avoid = await _policy(core, "Avoid long paragraphs in summaries", kind="failure_avoidance", feedback=[user])
     graded = await _policy(core, "Use bullet points in verifier answers", kind="preference", feedback=[verifier])
     guessed = await _policy(core, "Bullet points for summaries maybe", kind="preference", feedback=[implicit])
-    learned = await _policy(core, "Summaries in bullet points pass review", feedback=[user])
+    mixed = await _policy(core, "Summaries in bullet points pass review", feedback=[user, verifier])
 
     report = await strength_stage(core.learning.ctx, episode, RewardReport(episode_id=episode))
-    assert report == {"protected": [mine]}
+    assert sorted(report["protected"]) == sorted([mine, avoid])  # the user's own words only, whatever the type
     assert (await strength_stage(core.learning.ctx, episode, RewardReport(episode_id=episode))) == {"protected": []}
-    for policy in (mine, graded, guessed, learned):
+    for policy in (mine, avoid, graded, guessed, mixed):
         for i in range(8):
             await _reinforce(core, policy, "failure", f"fail-{i}", kind="policy")
-    strengths = {p: (await _row(core, PolicyRow, p)).strength for p in (mine, graded, guessed, learned)}
-    assert strengths[mine] == pytest.approx(S.recall_floor)
-    assert all(strengths[p] < S.recall_floor for p in (graded, guessed, learned))
+    strengths = {p: (await _row(core, PolicyRow, p)).strength for p in (mine, avoid, graded, guessed, mixed)}
+    assert strengths[mine] == pytest.approx(S.recall_floor) and strengths[avoid] == pytest.approx(S.recall_floor)
+    assert all(strengths[p] < S.recall_floor for p in (graded, guessed, mixed))
     found = await _search(core, "answer in bullet points")
-    assert mine in found and not {graded, guessed, learned} & set(found)
+    assert mine in found and not {graded, guessed, mixed} & set(found)
+
+
+@pytest.mark.parametrize(
+    ("rule", "kind"),
+    [
+        ("Never force-push to main.", "failure_avoidance"),
+        ("Do not force push to main; open a PR instead.", "repair_instruction"),
+    ],
+)
+async def test_the_seeds_force_push_rule_said_in_feedback_survives_reported_failures(
+    core_factory: Any, rule: str, kind: str
+) -> None:
+    """Seed 004's own example, end to end: the user's rule arrives through feedback.submit, becomes a typed
+    experience of whatever type, is protected, and stays recallable after the agent reports failures."""
+    t0 = now_ms()
+    core, _ = await _core(core_factory, t0)
+    started = await core.turn_start(
+        dto.TurnInputDTO.model_validate(
+            {"agent": "t", "sessionId": "se_git", "userText": "publish the hotfix branch to main", "ts": t0}
+        )
+    )
+    await core.turn_end(
+        dto.TurnResultDTO.model_validate(
+            {
+                "agent": "t",
+                "sessionId": "se_git",
+                "episodeId": started.query.episode_id,
+                "toolCalls": [{"name": "bash", "input": {"cmd": "git push --force origin main"}, "output": "ok"}],
+                "agentText": "Force-pushed the hotfix to main.",
+                "ts": t0 + 1,
+            }
+        )
+    )
+    params = {"episodeId": started.query.episode_id, "polarity": "negative", "magnitude": 1.0, "rationale": rule}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    (experience,) = (await core.list_policies(dto.ListPoliciesParams.model_validate({}))).policies
+    assert experience.experience_type == kind
+    assert (await _row(core, PolicyRow, experience.id)).protected is True
+    for i in range(10):
+        await _reinforce(core, experience.id, "failure", f"agent-failure-{i}", kind="policy")
+    assert (await _row(core, PolicyRow, experience.id)).strength >= S.recall_floor
+    assert experience.id in await _search(core, "force push the release to main")
 
 
 # ------------------------------------------------------------------------------------------ links
