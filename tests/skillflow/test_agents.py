@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shlex
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
-from skillflow.agents import AgentInput, CommandAgent, SimulatedAgent
+from skillflow.agents import MEMORY_HEADER, AgentInput, CommandAgent, SimulatedAgent
 from skillflow.family import Family, load_family
 from skillflow.lessons import find_lessons, learnt
 
@@ -187,3 +192,95 @@ def test_a_failing_or_hanging_command_is_recorded_not_fatal(tmp_path: Path) -> N
     slow = CommandAgent(f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(5)'", timeout_s=0.5)
     hung = slow.attempt(_job(family, 1, "", tmp_path))
     assert hung.notes["returncode"] is None and hung.steps[0]["errorCode"] == "timeout"
+
+
+class WritingModel(BaseHTTPRequestHandler):
+    """An OpenAI-compatible model on loopback: asks Hermes' `write_file` tool for answers.json, then replies."""
+
+    requests: ClassVar[list[dict[str, Any]]] = []
+    answer = '{"securities": []}\n'
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) or b"{}")
+        type(self).requests.append(body)
+        messages = body.get("messages") or [{}]
+        if messages[-1].get("role") == "tool" or not body.get("tools"):
+            message: dict[str, Any] = {"role": "assistant", "content": "Wrote answers.json."}
+            finish = "stop"
+        else:
+            arguments = json.dumps({"path": "answers.json", "content": self.answer})
+            call = {"id": "call_1", "type": "function", "function": {"name": "write_file", "arguments": arguments}}
+            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+        base = {"id": "chatcmpl-1", "created": int(time.time()), "model": "scripted"}
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if body.get("stream"):
+            delta = {k: v for k, v in message.items() if v is not None}
+            if "tool_calls" in delta:
+                delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(delta["tool_calls"])]
+            chunks = [
+                {**base, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]},
+                {
+                    **base,
+                    "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                    "usage": usage,
+                },
+            ]
+            text, kind = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n", "text/event-stream"
+        else:
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            text = json.dumps({**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+            kind = "application/json"
+        data = text.encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _readme_hermes_command() -> str:
+    """The `--agent-cmd` of README's "Hermes as the agent" example, exactly as a user would copy it."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Run SkillFlow") :]
+    match = re.search(r"--agent-cmd '(hermes -z [^'\n]+)'", section)
+    assert match is not None, "README's Run SkillFlow section has no Hermes --agent-cmd example"
+    return match.group(1)
+
+
+def test_the_readme_hermes_command_runs_a_real_hermes_turn_in_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hermes = Path(sys.executable).parent / "hermes"
+    assert hermes.exists(), "hermes-agent is a dev dependency: its `hermes` command must be installed"
+    WritingModel.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), WritingModel)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    (home / "config.yaml").write_text(
+        f"model:\n  provider: custom\n  base_url: {url}\n  default: scripted\n", encoding="utf-8"
+    )
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    family = load_family("sec13f")
+    lesson = "Avoid: Do not multiply the 13F value column by 1000: values are already in thousands of USD."
+    job = _job(family, 0, lesson, tmp_path)
+    command = _readme_hermes_command()
+    try:
+        result = CommandAgent(command.replace("hermes", shlex.quote(str(hermes)), 1), timeout_s=300).attempt(job)
+    finally:
+        server.shutdown()
+    assert result.notes["returncode"] == 0, result.notes["stderrTail"]
+    assert result.reply == "Wrote answers.json."  # `-z` prints only the final reply
+    assert (job.workspace / "answers.json").read_text(encoding="utf-8") == WritingModel.answer
+    asked = [
+        str(m.get("content")) for r in WritingModel.requests for m in r.get("messages") or [] if m["role"] == "user"
+    ]
+    assert any(MEMORY_HEADER in text and lesson in text and job.task.prompt in text for text in asked)
+    assert [s["name"] for s in result.steps] == ["run_command", "write_file"]
+    assert result.notes["lessonsInMemory"] == ["units"]
