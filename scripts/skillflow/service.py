@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from memos_bridge.client import ServiceClient
 from skillflow.family import Family
-from skillflow.lessons import find_lessons
+from skillflow.lessons import find_lessons, service_wording
 
 #: The service environment of every run: learn at once (no feedback window), no LLM unless asked for.
 SERVICE_ENV = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
@@ -157,6 +157,8 @@ def recall_record(result: dict[str, Any], family: Family) -> dict[str, Any]:
         "injectedChars": len(injected),
         "injected": injected,
         "lessonsPresent": sorted({e.pitfall for e in find_lessons(injected, family.pitfalls)}),
+        # the same, with the verifier's own sentences taken out: what the service said in its own words
+        "lessonsInServiceWords": sorted(service_wording(injected, family.pitfalls)),
         "skippedReason": stats.get("skippedReason"),
         "degraded": stats.get("degraded") or [],
         "totalMs": stats.get("totalMs"),

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import pytest
 from skillflow.agents import MEMORY_HEADER, AgentInput, CommandAgent, SimulatedAgent
 from skillflow.family import Family, load_family
-from skillflow.lessons import find_lessons, learnt
+from skillflow.lessons import find_lessons, learnt, service_wording
 
 FAMILIES = ["sec13f", "sales_csv"]
 
@@ -284,3 +284,16 @@ def test_the_readme_hermes_command_runs_a_real_hermes_turn_in_the_workspace(
     assert any(MEMORY_HEADER in text and lesson in text and job.task.prompt in text for text in asked)
     assert [s["name"] for s in result.steps] == ["run_command", "write_file"]
     assert result.notes["lessonsInMemory"] == ["units"]
+
+
+def test_service_wording_leaves_out_the_verifiers_own_sentences_whole_or_clipped() -> None:
+    pitfalls = load_family("sec13f").pitfalls
+    verbatim = pitfalls["units"].feedback
+    clipped = verbatim[:70] + "… …"
+    template = "Report `securities.value` in answers.json in thousands: divide the raw values by 1,000."
+    for text in (f"Avoid: {verbatim}", f"Avoid: {clipped}"):
+        assert learnt([text], pitfalls) == {"units"}  # the agent learns from it…
+        assert service_wording(text, pitfalls) == frozenset()  # …but in the verifier's words, not the service's
+    assert service_wording(f"Avoid: {verbatim}\nFix: {template}", pitfalls) == {"units"}
+    order = pitfalls["order"].feedback
+    assert service_wording(f"{order}\nsorted by value descending, ties by CUSIP", pitfalls) == {"order"}
