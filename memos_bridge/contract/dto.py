@@ -387,6 +387,20 @@ class ToolOutcomeResult(WireModel):
     repair: RepairDTO | None = Field(None, description="Present when this outcome completed a failure burst.")
 
 
+class PolicySkillNoteDTO(WireModel):
+    """What the skill stage last made of an experience: why it yields no skill, or which skill uses it."""
+
+    skipped: str | None = Field(
+        None,
+        description="Why no skill was built from it: no_success_anchor (avoidance-only family), skill_archived, "
+        "verifier_rejected, or another eligibility reason.",
+    )
+    skill_id: str | None = Field(None, description="The skill it belongs to (or the archived one that blocks it).")
+    role: str | None = Field(None, description="Its part in that skill: anchor, avoid, check or prefer.")
+    primary: bool | None = Field(None, description="Whether it is the skill's leading anchor.")
+    ts: int | None = Field(None, description="When the note was written (epoch ms).")
+
+
 class PolicyDTO(WireModel):
     id: str
     title: str
@@ -415,6 +429,9 @@ class PolicyDTO(WireModel):
     tags: list[str] = Field(default_factory=list, description="Domain / task-family tags (e.g. sec13f, json).")
     induced_by: str = Field("", description="Who wrote it: llm / rules (L2 induction) or feedback.experience.")
     archived_at: int | None = None
+    skill_note: PolicySkillNoteDTO | None = Field(
+        None, description="For typed experiences the skill stage has seen: skipped reason, or the skill using it."
+    )
 
 
 PolicyStatus = Literal["candidate", "active", "archived"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memos_bridge.contract.dto import EpisodeDTO, PolicyDTO, ToolCallDTO, TraceDTO
+from memos_bridge.contract.dto import EpisodeDTO, PolicyDTO, PolicySkillNoteDTO, ToolCallDTO, TraceDTO
 from memos_bridge.core.text import clip
 from memos_bridge.storage.models import EpisodeRow, PolicyRow, TraceRow
 
@@ -102,4 +102,20 @@ def policy_dto(row: PolicyRow) -> PolicyDTO:
         tags=list(row.tags_json or []),
         induced_by=row.induced_by,
         archived_at=row.archived_at,
+        skill_note=_skill_note((row.meta_json or {}).get("skill")),
+    )
+
+
+def _skill_note(note: object) -> PolicySkillNoteDTO | None:
+    """`meta.skill` as the skill stage wrote it (`skill_store.record_policy_notes`), as far as it is readable."""
+    if not isinstance(note, dict):
+        return None
+    skipped, skill_id, role = note.get("skipped"), note.get("skillId"), note.get("role")
+    primary, ts = note.get("primary"), note.get("ts")
+    return PolicySkillNoteDTO(
+        skipped=skipped if isinstance(skipped, str) else None,
+        skill_id=skill_id if isinstance(skill_id, str) else None,
+        role=role if isinstance(role, str) else None,
+        primary=primary if isinstance(primary, bool) else None,
+        ts=ts if isinstance(ts, int) and not isinstance(ts, bool) else None,
     )

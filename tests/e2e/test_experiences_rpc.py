@@ -79,6 +79,9 @@ def test_the_seed_test_plan_through_json_rpc(home: Path) -> None:
         assert avoid["sourceFeedbackIds"] == [stored["id"]] and avoid["sourceEpisodeIds"] == [first]
         assert avoid["verifierMeta"]["failingFields"] == ["top_class_labels"] and "sec13f" in avoid["tags"]
         assert client.call("memory.get_policy", {"id": avoid["id"]}) == avoid
+        # avoidance alone → no skill, and the reason is visible over RPC
+        assert client.call("skill.list", {})["skills"] == []
+        assert avoid["skillNote"]["skipped"] == "no_success_anchor" and "skillId" not in avoid["skillNote"]
         assert client.call("memory.get_policy", {"id": "po_missing"}) is None
 
         # expected/actual mismatch → repair_instruction with the concrete fix
