@@ -416,9 +416,18 @@ def correction_template(
 # --------------------------------------------------------------------------------------------------------
 
 
+_LABEL: Final = re.compile(r"^\s*(?:prefer|avoid|偏好|避免)\s*[:：]\s*", re.IGNORECASE)
+
+
+def bare(line: str) -> str:
+    """A repair line without its "Prefer:" / "Avoid:" label: a policy's guidance lists are already typed
+    (`preference`, `antiPattern`) and whoever renders them adds the label (otherwise "Avoid: Avoid: …")."""
+    return _LABEL.sub("", line, count=1).strip()
+
+
 def _merged(lines: Iterable[Any], new: str, cap: int) -> list[str]:
     kept = [str(line) for line in lines if isinstance(line, str) and line.strip()]
-    if new.strip() and not any(same_text(line, new) for line in kept):
+    if new.strip() and not any(same_text(bare(line), new) for line in kept):
         kept.append(new)
     return kept[-cap:] if cap > 0 else []
 
@@ -431,14 +440,20 @@ def merge_guidance(
     remove: tuple[str, str] | None = None,
     cap: int = GUIDANCE_CAP,
 ) -> dict[str, Any] | None:
-    """`guidance` with the two lines added (deduplicated, each list capped at `cap`, oldest dropped first:
-    a fresh repair is the more relevant one); `remove` first drops a pair being reworded. None when nothing
-    changes, so the caller skips the write."""
+    """`guidance` with the two lines added without their labels (deduplicated, each list capped at `cap`,
+    oldest dropped first: a fresh repair is the more relevant one); `remove` first drops a pair being
+    reworded (labelled or not). None when nothing changes, so the caller skips the write."""
     current = dict(guidance or {})
-    prefs = [p for p in current.get("preference") or [] if not (remove and isinstance(p, str) and p == remove[0])]
-    antis = [a for a in current.get("antiPattern") or [] if not (remove and isinstance(a, str) and a == remove[1])]
-    new_prefs = _merged(prefs, preference, cap)
-    new_antis = _merged(antis, anti_pattern, cap)
+
+    def without(lines: Any, old: str | None) -> list[Any]:
+        if old is None:
+            return list(lines or [])
+        return [line for line in lines or [] if not (isinstance(line, str) and bare(line) == bare(old))]
+
+    prefs = without(current.get("preference"), remove[0] if remove else None)
+    antis = without(current.get("antiPattern"), remove[1] if remove else None)
+    new_prefs = _merged(prefs, bare(preference), cap)
+    new_antis = _merged(antis, bare(anti_pattern), cap)
     if new_prefs == list(current.get("preference") or []) and new_antis == list(current.get("antiPattern") or []):
         return None
     return {**current, "preference": new_prefs, "antiPattern": new_antis}

@@ -27,6 +27,7 @@ from memos_bridge.core.learning.repair_rules import (
     ToolOutcome,
     TraceEvidence,
     apply_value_guard,
+    bare,
     detect_burst,
     merge_guidance,
     rejected_part,
@@ -545,7 +546,10 @@ async def test_repairs_attach_to_live_policies_of_overlapping_episodes(env: Env)
     (row,) = env.rows()
     assert row.attached_policy_ids_json == ["po_cur", "po_hit"]
     hit = env.policy("po_hit")
-    assert hit.decision_guidance_json == {"preference": [repair.preference], "antiPattern": [repair.anti_pattern]}
+    assert hit.decision_guidance_json == {
+        "preference": [repair.preference.removeprefix("Prefer: ")],  # the list is typed: no label stored
+        "antiPattern": [repair.anti_pattern.removeprefix("Avoid: ")],
+    }
     assert hit.updated_at == T0
     for untouched in ("po_miss", "po_archived", "po_foreign"):
         assert env.policy(untouched).decision_guidance_json == {"preference": [], "antiPattern": []}
@@ -562,19 +566,21 @@ async def test_attached_lines_are_deduplicated_and_capped(env: Env) -> None:
     assert first is not None and second is not None and first.preference == second.preference
     guidance = env.policy("po_full").decision_guidance_json
     assert len(guidance["preference"]) == GUIDANCE_CAP
-    assert guidance["preference"][-1] == first.preference and guidance["preference"].count(first.preference) == 1
+    line = first.preference.removeprefix("Prefer: ")
+    assert guidance["preference"][-1] == line and guidance["preference"].count(line) == 1
     assert "Prefer: old line 0" not in guidance["preference"]  # the oldest made room
-    assert guidance["antiPattern"] == [first.anti_pattern]
+    assert guidance["antiPattern"] == [first.anti_pattern.removeprefix("Avoid: ")]
 
 
 def test_merge_guidance_rules() -> None:
-    base = {"preference": ["Prefer: a"], "antiPattern": ["Avoid: b"], "other": 1}
-    assert merge_guidance(base, "prefer:  A", "AVOID: b") is None  # same text (case/space-insensitive)
+    base = {"preference": ["a"], "antiPattern": ["Avoid: b"], "other": 1}
+    assert merge_guidance(base, "prefer:  A", "AVOID: b") is None  # same text (label/case/space-insensitive)
     merged = merge_guidance(base, "Prefer: c", "Avoid: b")
-    assert merged == {"preference": ["Prefer: a", "Prefer: c"], "antiPattern": ["Avoid: b"], "other": 1}
+    assert merged == {"preference": ["a", "c"], "antiPattern": ["Avoid: b"], "other": 1}  # stored unlabelled
     swapped = merge_guidance(base, "Prefer: a2", "Avoid: b2", remove=("Prefer: a", "Avoid: b"))
-    assert swapped == {"preference": ["Prefer: a2"], "antiPattern": ["Avoid: b2"], "other": 1}
-    assert merge_guidance(None, "Prefer: x", "Avoid: y") == {"preference": ["Prefer: x"], "antiPattern": ["Avoid: y"]}
+    assert swapped == {"preference": ["a2"], "antiPattern": ["b2"], "other": 1}
+    assert merge_guidance(None, "Prefer: x", "避免：y") == {"preference": ["x"], "antiPattern": ["y"]}
+    assert bare("Avoid: Avoid: twice") == "Avoid: twice" and bare("Preferably use uv") == "Preferably use uv"
 
 
 # ----------------------------------------------------------------------------------------------- injection
