@@ -8,6 +8,7 @@ of a similar task recalls the lesson (the SkillFlow two-task sequence), with no 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,69 @@ def experiences(client: ServiceClient, **filters: Any) -> list[dict[str, Any]]:
     return [p for p in listed if p["inducedBy"] == "feedback.experience"]
 
 
-def test_the_seed_test_plan_through_json_rpc(home: Path) -> None:
-    with ServiceClient.spawn(home, env=NO_LLM) as client:
+#: What the scripted host model titles each experience type (the rest of its answer is the rule draft).
+LLM_TITLES = {
+    "failure_avoidance": "Keep each 13F task's own answers.json schema",
+    "repair_instruction": "Report 13F values in thousands",
+    "success_pattern": "Count 13F holdings per security class",
+}
+_DRAFT_FIELD = re.compile(r"^(title|trigger|procedure|verification|boundary|avoid|prefer):\s?(.*)$")
+
+
+def _rule_draft(user: str) -> dict[str, str]:
+    """The RULE DRAFT section of a feedback.refine prompt, field by field."""
+    fields: dict[str, str] = {}
+    current = ""
+    for line in user.split("RULE DRAFT:\n", 1)[1].splitlines():
+        match = _DRAFT_FIELD.match(line)
+        if match:
+            current = match.group(1)
+            fields[current] = match.group(2)
+        elif current:
+            fields[current] = f"{fields[current]}\n{line}".strip()
+    return fields
+
+
+def _seed_plan_host_llm(asked: list[str]) -> Any:
+    """A host model for the whole seed plan: it rewrites each experience draft under its own title (keeping
+    the draft's concrete lines, as the prompt asks), scores reward and reflections, titles the episode;
+    every other prompt gets an unusable answer, so that stage takes its deterministic path."""
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        system, user = params["messages"][0]["content"], params["messages"][-1]["content"]
+        reply: dict[str, Any] = {}
+        if "Turn that feedback into ONE experience" in system:
+            asked.append("feedback.refine")
+            kind = user.split("EXPERIENCE TYPE:\n", 1)[1].split("\n", 1)[0].strip()
+            draft = _rule_draft(user)
+            reply = {
+                "title": LLM_TITLES[kind],
+                "trigger": draft.get("trigger", ""),
+                "procedure": draft.get("procedure", ""),
+                "verification": draft.get("verification", ""),
+                "boundary": draft.get("boundary", ""),
+                "avoid": [AVOID_SCHEMA] if kind == "failure_avoidance" else [],
+                "prefer": [],
+                "confidence": 0.8,
+            }
+        elif "goal_achievement" in system:
+            asked.append("reward.r_human")
+            reply = {"goal_achievement": -0.5, "process_quality": 0, "user_satisfaction": -0.5, "label": "failure"}
+        elif '"scores"' in system:
+            reply = {"scores": [{"idx": 1, "alpha": 0.5, "usable": True}]}
+        elif "Summarise one finished task" in system:
+            reply = {"title": "13F filing task", "summary": "Parsed the filing.", "outcome": "unknown"}
+        return {"text": json.dumps(reply)}
+
+    return answer
+
+
+@pytest.mark.parametrize("llm", ["none", "host"])
+def test_the_seed_test_plan_through_json_rpc(home: Path, llm: str) -> None:
+    asked: list[str] = []
+    with ServiceClient.spawn(home, env=NO_LLM if llm == "none" else HOST_LLM) as client:
+        if llm == "host":
+            client.on_request("host.llm.complete", _seed_plan_host_llm(asked))
         # failed verifier feedback → failure_avoidance (recallable, never skill evidence)
         first, _ = run_task(client, TASK_1, 1_000)
         failing = {"task": "sec13f_issuer_values", "passed": 0, "total": 4, "failingFields": ["top_class_labels"]}
@@ -118,6 +180,15 @@ def test_the_seed_test_plan_through_json_rpc(home: Path) -> None:
         _, started = run_task(client, TASK_2, 80_000)
         assert avoid["id"] in {h["refId"] for h in started["hits"] if h["refKind"] == "experience"}
         assert f"Avoid: {AVOID_SCHEMA}" in started["injectedContext"]
+
+        # who wrote the lessons: the host model's titles over the rule drafts' concrete lines, or the rules
+        for lesson in (avoid, repair, success):
+            llm_title = LLM_TITLES[lesson["experienceType"]]
+            assert lesson["title"].endswith(llm_title) is (llm == "host"), lesson["title"]
+        if llm == "host":
+            assert asked.count("feedback.refine") >= 3 and "reward.r_human" in asked
+            ops = client.call("core.health")["llmUsage"]["ops"]
+            assert ops["feedback.refine"]["calls"] >= 3 and ops["feedback.refine"]["failures"] == 0
 
 
 def _host_llm(params: dict[str, Any]) -> dict[str, Any]:

@@ -234,3 +234,107 @@ def test_skills_over_json_rpc_with_provenance_deduplication(home: Path, real_emb
         with pytest.raises(RpcError) as unknown:
             client.call("skill.list", {"status": "retired"})
         assert unknown.value.code == -32602
+
+
+NO_LLM_ENV = {**ENV, "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
+THOUSANDS = {
+    "task": "sec13f_issuer_values",
+    "passed": 2,
+    "total": 5,
+    "expected": {"total_value": 1234},
+    "actual": {"total_value": 1234000},
+}
+
+
+def _verdict(client: ServiceClient, episode: str, polarity: str, rationale: str, verifier: dict[str, Any]) -> None:
+    params = {"episodeId": episode, "polarity": polarity, "magnitude": 1.0, "rationale": rationale}
+    client.call("feedback.submit", {**params, "raw": {"verifier": verifier}}, timeout=90)
+
+
+def _updates(block: str) -> list[str]:
+    return [e for e in re.split(r"\n(?=\d+\. )", block) if "[update to a recalled skill]" in e.splitlines()[0]]
+
+
+def test_skills_from_feedback_submit_end_to_end(home: Path) -> None:
+    """No hand-seeded rows: a failed task and its verdict, a passed task and its verdict (feedback.submit runs
+    the chain: experiences, the skill), then a recall. The skill's sources are de-duplicated; guidance that
+    reaches them after the skill (a decision repair) is shown as an update with only the new lines; the next
+    chain absorbs it into the skill and the update disappears."""
+    with ServiceClient.spawn(home, env=NO_LLM_ENV) as client:
+        session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        failed = _task(
+            client,
+            session,
+            "Compute the total value of the 13F holdings per issuer and write answers.json",
+            [PARSE, WRITE],
+            "Wrote answers.json with every value multiplied by 1000.",
+            1_000,
+        )
+        _verdict(client, failed, "negative", AVOID_LINE, THOUSANDS)
+        assert client.call("skill.list", {})["skills"] == []  # a lesson to avoid is no skill on its own
+        passed = _task(
+            client,
+            session,
+            "Compute the total value per issuer of this quarter's 13F filing into answers.json",
+            [PARSE, SUM, WRITE],
+            "Wrote answers.json: totals per issuer, values kept in thousands.",
+            10_000,
+        )
+        _verdict(
+            client, passed, "positive", "All fields correct.", {"task": "sec13f_issuer_values", "passed": 5, "total": 5}
+        )
+        (skill,) = client.call("skill.list", {})["skills"]
+        sources = set(skill["sourcePolicyIds"])
+        lessons = {p["id"]: p for p in client.call("memory.list_policies", {})["policies"] if p["id"] in sources}
+        assert any(p["experienceType"] in ("success_pattern", "repair_validated") for p in lessons.values())
+        assert all(p["skillNote"]["skillId"] == skill["id"] for p in lessons.values())
+        assert any("thousands" in line for line in skill["decisionGuidance"]["antiPattern"])
+
+        # recall: the skill, and its sources only through it (provenance de-duplication)
+        result = _recall(client, "se_recall", 100_000)
+        assert skill["id"] in _hit_ids(result, "skill")
+        recalled = set(_hit_ids(result, "experience")) & sources
+        assert recalled  # the sources were found …
+        assert all(_entry(result["injectedContext"], i) == "" for i in recalled)  # … and not shown again
+        assert _updates(result["injectedContext"]) == []
+
+        # a decision repair in the next task reaches the skill's sources after the skill was built
+        third = client.call(
+            "turn.start",
+            {
+                "agent": AGENT,
+                "sessionId": session,
+                "userText": "new task: total the 13F values of filing_z.xml",
+                "ts": 200_000,
+            },
+            timeout=60,
+        )["query"]["episodeId"]
+        outcome = {
+            "sessionId": session,
+            "episodeId": third,
+            "tool": "bash",
+            "success": False,
+            "error": "KeyError: 'value'",
+        }
+        repair = [client.call("tool.outcome", {**outcome, "ts": 200_001 + i}) for i in range(3)][-1]["repair"]
+        new_line = repair["antiPattern"].removeprefix("Avoid: ")
+        updated = _recall(client, "se_recall_2", 300_000)
+        block = updated["injectedContext"]
+        updates = _updates(block)
+        assert updates and all(f"Avoid: {new_line[:60]}" in entry for entry in updates)
+        for entry in updates:  # only what is new: no trigger, no procedure, none of the lines the skill carries
+            body = entry.split("\n\n", 1)[0].splitlines()[1:]  # the entry's lines, not the next section
+            assert body and all(line.strip().startswith(("Avoid:", "Prefer:", "Check:")) for line in body), entry
+            assert AVOID_LINE not in entry
+        assert "Avoid: Avoid:" not in block and "Prefer: Prefer:" not in block
+
+        # the next chain that runs the skill stage absorbs the guidance into the skill: no update any more
+        failing = {"name": "bash", "input": {"cmd": "python parse_13f.py filing_z.xml"}, "errorCode": "KeyError"}
+        end = {"agent": AGENT, "sessionId": session, "episodeId": third, "ts": 200_010}
+        client.call("turn.end", {**end, "toolCalls": [failing] * 3, "agentText": "The parser keeps failing."})
+        client.call("episode.close", {"episodeId": third})
+        client.call("memory.flush", {}, timeout=90)
+        absorbed = _recall(client, "se_recall_3", 400_000)
+        assert skill["id"] in _hit_ids(absorbed, "skill") and _updates(absorbed["injectedContext"]) == []
+        rebuilt = client.call("skill.get", {"id": skill["id"]})
+        assert any(new_line[:40] in line for line in rebuilt["decisionGuidance"]["antiPattern"])
