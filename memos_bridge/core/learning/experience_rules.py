@@ -64,8 +64,11 @@ MIN_MAGNITUDE: Final = 0.5
 MIN_CLASSIFIER_CONFIDENCE: Final = 0.6
 MIN_ABS_REWARD: Final = 0.5
 MIN_SEVERITY: Final = 0.5
-#: A new experience below this confidence starts as `candidate` (still recallable), else `active`.
+#: A new experience below this confidence starts as `candidate` (still recallable), else `active`; a
+#: candidate becomes active when merged evidence reaches it, or when a second verdict confirms it.
 ACTIVE_CONFIDENCE: Final = 0.5
+#: Support (independent verdicts merged into one experience) that makes a candidate active on its own.
+CONFIRMING_SUPPORT: Final = 2
 #: Confidence of an experience backed by objective verifier data.
 VERIFIER_CONFIDENCE: Final = 0.9
 #: Gain floor of a typed experience (the skill stage's minimum gain).
@@ -434,14 +437,25 @@ def assess(feedback: FeedbackFacts, episode: EpisodeFacts) -> Assessment:
     if not strong:
         return replace(base, reason="below_significance")
     kind, polarity = experience_kind(feedback, outcome, classification)
-    confidence = max(
-        classification.confidence,
-        VERIFIER_CONFIDENCE if verifier is not None and verifier.outcome != "unknown" else 0.0,
-        min(salience, 0.8) if classification.actionable else 0.0,
-    )
     return replace(
-        base, significant=True, experience_type=kind, polarity=polarity, confidence=round(min(confidence, 1.0), 4)
+        base,
+        significant=True,
+        experience_type=kind,
+        polarity=polarity,
+        confidence=lesson_confidence(classification, verifier),
     )
+
+
+def lesson_confidence(classification: Classification, verifier: VerifierView | None) -> float:
+    """How far the lesson can be trusted — not how much the verdict matters (that is salience): objective
+    verifier data in the verdict makes it `VERIFIER_CONFIDENCE`; the user's words alone are as trustworthy
+    as the classifier's reading of them. A strongly felt but vague complaint ("the totals look off",
+    magnitude 1) is significant and salient, yet low-confidence: it starts as a `candidate` (seed 000:
+    "低置信但可行动反馈 → candidate"), recallable, out of skills and world models until more evidence
+    confirms it. (Lifting confidence to the salience, as before, made every new experience active.)"""
+    objective = verifier is not None and verifier.outcome != "unknown"
+    confidence = max(classification.confidence, VERIFIER_CONFIDENCE if objective else 0.0)
+    return round(min(confidence, 1.0), 4)
 
 
 def experience_kind(

@@ -43,6 +43,7 @@ from memos_bridge.core.capture import tool_signature
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.experience_rules import (
     ACTIVE_CONFIDENCE,
+    CONFIRMING_SUPPORT,
     EXPERIENCE_TYPES,
     INDUCED_BY,
     MIN_GAIN,
@@ -542,8 +543,8 @@ def _absorb(row: PolicyRow, draft: ExperienceDraft, feedback: FeedbackFacts, epi
     meta["evidence"] = [*(meta.get("evidence") or []), _evidence_record(feedback, episode, draft)][-EVIDENCE_CAP:]
     meta["sources"] = _union(meta.get("sources"), draft.sources)
     row.meta_json = meta
-    if row.confidence >= ACTIVE_CONFIDENCE:
-        row.status = "active"
+    if row.confidence >= ACTIVE_CONFIDENCE or row.support >= CONFIRMING_SUPPORT:
+        row.status = "active"  # trusted, or confirmed by another verdict
     row.updated_at = now
     row.last_evidence_at = now
 

@@ -255,6 +255,17 @@ def test_salience_is_the_largest_signal_and_types_follow_the_objective_outcome()
     assert taste.experience_type == "preference"
 
 
+def test_confidence_is_trust_not_salience_so_a_vague_complaint_starts_as_a_candidate() -> None:
+    vague = rules.assess(_facts("The total market value per issuer is wrong", magnitude=1.0), EPISODE)
+    assert vague.significant and vague.salience == pytest.approx(1.0)  # it matters …
+    assert vague.confidence == pytest.approx(0.45)  # … but says little: below ACTIVE_CONFIDENCE, a candidate
+    assert vague.confidence < rules.ACTIVE_CONFIDENCE
+    clear = rules.assess(_facts(AVOID_SCHEMA, magnitude=0.6), EPISODE)
+    assert clear.confidence == pytest.approx(0.8)
+    graded = rules.assess(_facts("The total market value per issuer is wrong", raw=verifier(score=0.2)), EPISODE)
+    assert graded.confidence == pytest.approx(rules.VERIFIER_CONFIDENCE)  # objective data: trusted
+
+
 def test_merge_rules_keep_types_coherent() -> None:
     assert rules.may_merge("failure_avoidance", "failure_avoidance", 0.75, 0.72, 0.82)
     assert not rules.may_merge("failure_avoidance", "repair_instruction", 0.75, 0.72, 0.82)
@@ -425,6 +436,25 @@ async def test_two_similar_failures_merge_into_one_experience(core_factory: Any)
     assert exp.source_episode_ids == [first, second] and exp.evidence_polarity == "negative"
     assert any("stock_holding" in line for line in exp.anti_pattern)  # the new guidance line
     assert stage_report(core, second).merged == [exp.id]
+
+
+async def test_low_confidence_feedback_starts_as_a_candidate_until_a_second_verdict_confirms_it(
+    core_factory: Any,
+) -> None:
+    core = await core_factory()
+    first, _, _ = await run_task(core, "se_lc1", 1_000_000)
+    complaint = "The total market value per issuer in answers.json is wrong"
+    await submit(core, first, "negative", 1.0, rationale=complaint)
+    [exp] = await experiences(core)
+    assert exp.status == "candidate" and exp.confidence < 0.5 and exp.salience == pytest.approx(1.0)
+    # a candidate is recalled next to similar tasks (with its caveat), but no skill or world model builds on it
+    _, _, again = await run_task(core, "se_lc2", 2_000_000, SIMILAR_TASK)
+    assert exp.id in {hit.ref_id for hit in again.hits}
+    second = again.query.episode_id
+    assert second is not None
+    await submit(core, second, "negative", 1.0, rationale="The value per issuer in answers.json is wrong again")
+    [confirmed] = await experiences(core)
+    assert confirmed.id == exp.id and confirmed.support == 2 and confirmed.status == "active"
 
 
 async def test_a_repair_instruction_is_validated_by_a_later_success(core_factory: Any) -> None:
