@@ -549,11 +549,24 @@ class SkillGetParams(WireModel):
     )
     session_id: str | None = Field(None, min_length=1)
     episode_id: str | None = Field(None, min_length=1)
+    trace_id: str | None = Field(
+        None, min_length=1, description="Reference adapters' trial context: stored on the trial (recordTrial only)."
+    )
+    turn_id: int | None = Field(None, ge=0, description="The turn the skill was fetched in; stored on the trial.")
+    tool_call_id: str | None = Field(
+        None, min_length=1, description="The tool call that fetched it; stored on the trial (recordTrial only)."
+    )
     namespace: RuntimeNamespace | None = None
 
 
 class SkillIdParams(WireModel):
     id: str = Field(..., min_length=1)
+
+
+class SkillArchiveParams(SkillIdParams):
+    reason: str | None = Field(
+        None, max_length=500, description="Why (the reference's field): reported in the skill.status.changed event."
+    )
 
 
 # ---------------------------------------------------------------- strength, forgetting, pinning, links

@@ -295,7 +295,8 @@ METHODS: tuple[MethodSpec, ...] = (
         "skill.get",
         "One skill (null when it does not exist or the namespace cannot see it). With recordTrial the fetch is "
         "a use of the skill in the episode (episodeId, else the session's open episode): that episode's outcome "
-        "passes or fails the trial and moves the skill's reliability η.",
+        "passes or fails the trial and moves the skill's reliability η. traceId, turnId and toolCallId (as "
+        "reference adapters send them) are stored on that trial, and ignored without recordTrial.",
         dto.SkillGetParams,
         dto.SkillDTO,
         nullable_result=True,
@@ -304,8 +305,9 @@ METHODS: tuple[MethodSpec, ...] = (
     ),
     MethodSpec(
         "skill.archive",
-        "Archive a skill now: it leaves retrieval (restorable with skill.restore). Idempotent.",
-        dto.SkillIdParams,
+        "Archive a skill now: it leaves retrieval (restorable with skill.restore). Idempotent. An optional "
+        "reason is reported in the skill.status.changed event.",
+        dto.SkillArchiveParams,
         dto.OkResult,
         errors=(ErrorCode.SKILL_NOT_FOUND, *_COMMON),
         tags=("skill",),

@@ -336,7 +336,7 @@ class MemoryCore:
     async def get_skill(self, params: dto.SkillGetParams) -> dto.SkillDTO | None:
         return await skill_lifecycle.get_skill(self.learning.ctx, params)
 
-    async def archive_skill(self, params: dto.SkillIdParams) -> dto.OkResult:
+    async def archive_skill(self, params: dto.SkillArchiveParams) -> dto.OkResult:
         return await skill_lifecycle.archive_skill(self.learning.ctx, params)
 
     async def restore_skill(self, params: dto.SkillIdParams) -> dto.OkResult:

@@ -338,3 +338,10 @@ def test_skills_from_feedback_submit_end_to_end(home: Path) -> None:
         assert skill["id"] in _hit_ids(absorbed, "skill") and _updates(absorbed["injectedContext"]) == []
         rebuilt = client.call("skill.get", {"id": skill["id"]})
         assert any(new_line[:40] in line for line in rebuilt["decisionGuidance"]["antiPattern"])
+
+        # the reference adapter's extra fields are accepted (they used to be -32602 unknown fields)
+        fetch = {"id": skill["id"], "recordTrial": True, "sessionId": "se_recall_3", "traceId": "tr_1"}
+        used = client.call("skill.get", {**fetch, "turnId": 400_000, "toolCallId": "call_1"})
+        assert used["usageCount"] == rebuilt["usageCount"] + 1
+        assert client.call("skill.archive", {"id": skill["id"], "reason": "replaced by a newer skill"}) == {"ok": True}
+        assert client.call("skill.get", {"id": skill["id"]})["status"] == "archived"

@@ -27,6 +27,7 @@ to at least the retrieval floor plus `eta_delta` (the reference's unwired thumbs
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -41,6 +42,8 @@ from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.namespace import read_filter
 from memos_bridge.ids import new_id
 from memos_bridge.storage.models import EpisodeRow, SessionRow, SkillRow, SkillTrialRow, TurnRow
+
+log = logging.getLogger(__name__)
 
 STATUS_CANDIDATE: Final = "candidate"
 STATUS_ACTIVE: Final = "active"
@@ -85,6 +88,7 @@ class SkillChange:
     previous_status: str
     previous_eta: float
     reason: str
+    note: str | None = None  # the caller's own words (skill.archive {reason})
 
     @property
     def status_changed(self) -> bool:
@@ -120,6 +124,8 @@ def record_trial_sync(
     turn_id: int | None,
     source: str,
     now: int,
+    trace_id: str | None = None,
+    tool_call_id: str | None = None,
 ) -> SkillTrialRow | None:
     """A pending trial of `skill` in `episode_id`, unless the episode already has one (None then)."""
     existing = db.scalar(
@@ -133,6 +139,8 @@ def record_trial_sync(
         session_id=session_id,
         episode_id=episode_id,
         turn_id=turn_id,
+        trace_id=trace_id,
+        tool_call_id=tool_call_id,
         status="pending",
         created_at=now,
         evidence_json={"source": source},
@@ -248,6 +256,7 @@ def emit_change(ctx: LearningContext, change: SkillChange, episode_id: str | Non
                 "to": change.skill.status,
                 "eta": round(change.skill.eta, 4),
                 "reason": change.reason,
+                **({"note": change.note} if change.note else {}),
             },
         )
 
@@ -343,7 +352,11 @@ def _trial_episode(db: Session, params: dto.SkillGetParams) -> EpisodeRow:
 
 async def get_skill(ctx: LearningContext, params: dto.SkillGetParams) -> dto.SkillDTO | None:
     """One skill, or None when it does not exist or the namespace cannot see it; with `recordTrial` the fetch
-    is also a (pending) trial in the episode, unless the skill is archived (an archived skill is not offered)."""
+    is also a (pending) trial in the episode, unless the skill is archived (an archived skill is not offered).
+
+    `traceId` / `turnId` / `toolCallId` (sent by adapters written for the reference) are stored on that trial.
+    Without `recordTrial` they are accepted and ignored: a read never records a trial here, while the
+    reference recorded one whenever any option was present."""
     owner = read_filter(params.namespace)
     now = ctx.clock()
 
@@ -360,7 +373,15 @@ async def get_skill(ctx: LearningContext, params: dto.SkillGetParams) -> dto.Ski
         episode = _trial_episode(db, params)
         if row.status != STATUS_ARCHIVED:
             record_trial_sync(
-                db, row, episode_id=episode.id, session_id=episode.session_id, turn_id=None, source="get", now=now
+                db,
+                row,
+                episode_id=episode.id,
+                session_id=episode.session_id,
+                turn_id=params.turn_id,
+                source="get",
+                now=now,
+                trace_id=params.trace_id,
+                tool_call_id=params.tool_call_id,
             )
         return skill_dto(row)
 
@@ -369,20 +390,23 @@ async def get_skill(ctx: LearningContext, params: dto.SkillGetParams) -> dto.Ski
     return await ctx.db.write(record)
 
 
-async def archive_skill(ctx: LearningContext, params: dto.SkillIdParams) -> dto.OkResult:
-    """Archive at once (idempotent): out of the vector index and of retrieval, restorable."""
+async def archive_skill(ctx: LearningContext, params: dto.SkillArchiveParams) -> dto.OkResult:
+    """Archive at once (idempotent): out of the vector index and of retrieval, restorable. A `reason` goes
+    into the `skill.status.changed` event (`note`) and the log."""
     now = ctx.clock()
 
     def work(db: Session) -> SkillChange | None:
         row = _skill(db, params.id)
         if row.status == STATUS_ARCHIVED:
             return None
-        change = SkillChange(row, row.status, row.eta, "skill.archive")
+        change = SkillChange(row, row.status, row.eta, "skill.archive", note=params.reason)
         set_status(row, STATUS_ARCHIVED, now)
         return change
 
     change = await ctx.db.write(work)
     if change is not None:
+        if params.reason:
+            log.info("skill %s archived by request: %s", params.id, params.reason)
         emit_change(ctx, change)
     return dto.OkResult()
 

@@ -700,7 +700,7 @@ async def test_an_archived_skill_is_not_rebuilt_or_duplicated(world: World) -> N
     seed = await thirteen_f(world)
     await run_skills(world.ctx, seed["passed"], "success")
     (skill,) = await world.skills()
-    await skill_lifecycle.archive_skill(world.ctx, dto.SkillIdParams(id=skill.id))
+    await skill_lifecycle.archive_skill(world.ctx, dto.SkillArchiveParams(id=skill.id))
     world.clock.advance(60_000)
     await world.touch_policy(seed["success"], procedure="1. Parse the filing\n2. Sum per issuer")
     report = await run_skills(world.ctx, seed["passed"], "success")
@@ -827,9 +827,13 @@ async def test_get_with_record_trial_needs_an_episode(world: World) -> None:
             {"agent": AGENT, "sessionId": "se_s", "userText": "13F again", "ts": world.tick()}
         )
     )
-    await skill_lifecycle.get_skill(world.ctx, dto.SkillGetParams(id=skill.id, record_trial=True, session_id="se_s"))
+    # the reference's trial context (traceId, turnId, toolCallId) is kept on the trial
+    reference = {"id": skill.id, "recordTrial": True, "sessionId": "se_s", "traceId": "tr_x", "turnId": 42}
+    params = dto.SkillGetParams.model_validate({**reference, "toolCallId": "call_7"})
+    await skill_lifecycle.get_skill(world.ctx, params)
     trials = await world.core.db.read(lambda db: list(db.scalars(select(SkillTrialRow))))
     assert [t.episode_id for t in trials] == [started.query.episode_id]
+    assert (trials[0].trace_id, trials[0].turn_id, trials[0].tool_call_id) == ("tr_x", 42, "call_7")
     assert await skill_lifecycle.get_skill(world.ctx, dto.SkillGetParams(id="sk_missing")) is None
     other = dto.RuntimeNamespace(agent_kind="someone-else")
     assert await skill_lifecycle.get_skill(world.ctx, dto.SkillGetParams(id=skill.id, namespace=other)) is None
@@ -838,8 +842,8 @@ async def test_get_with_record_trial_needs_an_episode(world: World) -> None:
 async def test_archive_and_restore(world: World) -> None:
     skill, _ = await _skill_with_eta(world, 0.05)
     ctx = world.ctx
-    await skill_lifecycle.archive_skill(ctx, dto.SkillIdParams(id=skill.id))
-    await skill_lifecycle.archive_skill(ctx, dto.SkillIdParams(id=skill.id))  # idempotent
+    await skill_lifecycle.archive_skill(ctx, dto.SkillArchiveParams(id=skill.id, reason="superseded by v2"))
+    await skill_lifecycle.archive_skill(ctx, dto.SkillArchiveParams(id=skill.id))  # idempotent
     archived = await world.skill(skill.id)
     assert archived.status == "archived" and archived.archived_at == world.clock()
     assert archived.updated_at == skill.updated_at
@@ -854,8 +858,9 @@ async def test_archive_and_restore(world: World) -> None:
     assert skill.id in [i for i, _ in hits]
     statuses = [(e.payload["from"], e.payload["to"]) for e in world.of_type(EventType.SKILL_STATUS_CHANGED)]
     assert statuses == [("candidate", "archived"), ("archived", "candidate")]
+    assert world.of_type(EventType.SKILL_STATUS_CHANGED)[0].payload["note"] == "superseded by v2"
     with pytest.raises(MemosError) as missing:
-        await skill_lifecycle.archive_skill(ctx, dto.SkillIdParams(id="sk_missing"))
+        await skill_lifecycle.archive_skill(ctx, dto.SkillArchiveParams(id="sk_missing"))
     assert missing.value.code is ErrorCode.SKILL_NOT_FOUND
 
 
