@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
+from memos_bridge.config import WorldSettings
 from memos_bridge.core.learning.experience_verifier import (
     MESSAGE_KEYS,
     Outcome,
@@ -110,11 +111,35 @@ DOMAIN_PATTERNS: Final[Mapping[str, str]] = {
 def domain_tags(texts: Iterable[str], extra: Mapping[str, str] | None = None) -> list[str]:
     """Domain tags of a task (task text, tool names, verifier task name, file names), in table order.
 
-    World models group experiences by these keys; `extra` (key → regex) extends or overrides the table.
+    World models group experiences by these keys; `extra` (key → regex) extends or overrides the table
+    (`tag_patterns` builds it from the configuration).
     """
     table = {**DOMAIN_PATTERNS, **(extra or {})}
     blob = "\n".join(t for t in texts if t).lower()
     return [key for key, pattern in table.items() if re.search(pattern, blob)]
+
+
+def _any_of(patterns: Iterable[str]) -> str:
+    """One regex for several configured (case-insensitive) patterns, usable on the lower-cased blob."""
+    return "|".join(f"(?i:{pattern})" for pattern in patterns)
+
+
+def tag_patterns(world: WorldSettings) -> dict[str, str]:
+    """The tagger's table with the configured world-model domains merged in, so one config section
+    extends both: `[learning.world.extra_domains]` adds its patterns to a tag of the same key or adds the
+    tag, and a replaced `[learning.world.domains]` table adds the domains no tag covers yet (by key or
+    alias). The built-in world table is not merged: its broad domains (shell, network) would tag nearly
+    every task and blur skill families, and world models already find them by text and aliases."""
+    table = dict(DOMAIN_PATTERNS)
+    for key, spec in world.extra_domains.items():
+        if spec.patterns:
+            table[key] = f"{table[key]}|{_any_of(spec.patterns)}" if key in table else _any_of(spec.patterns)
+    if "domains" in world.model_fields_set:
+        for key, spec in world.domains.items():
+            names = {key.lower(), *(alias.lower() for alias in spec.aliases)}
+            if spec.patterns and not names & set(table):
+                table[key] = _any_of(spec.patterns)
+    return table
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -550,9 +575,14 @@ def _numbered(lines: Sequence[str]) -> str:
     return "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
 
 
-def draft_experience(feedback: FeedbackFacts, episode: EpisodeFacts, assessment: Assessment) -> ExperienceDraft:
+def draft_experience(
+    feedback: FeedbackFacts,
+    episode: EpisodeFacts,
+    assessment: Assessment,
+    domains: Mapping[str, str] | None = None,
+) -> ExperienceDraft:
     """The rule template: a specific, actionable experience from the feedback, the verifier data and the
-    episode (needs a significant assessment)."""
+    episode (needs a significant assessment); `domains` is the tag table (`tag_patterns`, default built-in)."""
     kind = assessment.experience_type
     if kind is None:
         raise ValueError("draft_experience needs a significant assessment")
@@ -560,7 +590,9 @@ def draft_experience(feedback: FeedbackFacts, episode: EpisodeFacts, assessment:
     verifier = feedback.verifier
     file = (verifier.file if verifier else "") or file_in(feedback.text, episode.task, *episode.steps)
     v_fix, v_avoid = verifier_lines(verifier, file) if verifier is not None else ([], [])
-    tags = domain_tags([episode.task, feedback.text, *episode.tools, verifier.task if verifier else "", file])
+    tags = domain_tags(
+        [episode.task, feedback.text, *episode.tools, verifier.task if verifier else "", file], extra=domains
+    )
     check = _verification(verifier, c, episode)
     boundary = _boundary(kind, feedback, episode, verifier)
     avoid_lines = _unique([*c.avoid, *v_avoid, *c.wrong])[:MAX_LINES]

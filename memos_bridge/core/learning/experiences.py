@@ -63,6 +63,7 @@ from memos_bridge.core.learning.experience_rules import (
     merged_polarity,
     merged_type,
     repair_adherence,
+    tag_patterns,
 )
 from memos_bridge.core.learning.experience_verifier import parse_verifier
 from memos_bridge.core.learning.l2_signature import call_failed
@@ -245,7 +246,8 @@ async def experience_stage(ctx: LearningContext, episode_id: str, reward: Reward
         if not assessment.significant:
             report.skipped[feedback.id] = assessment.reason
             continue
-        draft = await _refine(ctx, report, episode, feedback, draft_experience(feedback, episode, assessment))
+        drafted = draft_experience(feedback, episode, assessment, tag_patterns(ctx.settings.learning.world))
+        draft = await _refine(ctx, report, episode, feedback, drafted)
         await _place(ctx, report, state, episode, feedback, draft)
     log.info(
         "experiences %s: %d created, %d merged, %d validated, %d skipped (llm calls %d)",

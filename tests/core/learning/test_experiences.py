@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memos_bridge.config import DomainSpec, WorldSettings
 from memos_bridge.contract import dto
 from memos_bridge.core.facade import MemoryCore
 from memos_bridge.core.learning import experience_rules as rules
@@ -36,9 +37,10 @@ AVOID_SCHEMA = "Do not reuse the previous task's answers.json schema."
 
 
 def with_stage(core: MemoryCore) -> MemoryCore:
-    """Put the experience stage right after reward (where the service registers it) unless it is there."""
-    if not any(stage is experience_stage for _, stage in core.learning.stages):
-        core.learning.stages.insert(0, ("experiences", experience_stage))
+    """The core as the service wires it: the experience stage first after reward (and the correction repair),
+    before L2. Checked, never patched in, so these tests fail if the wiring breaks."""
+    assert [name for name, _ in core.learning.stages][:2] == ["experiences", "l2"]
+    assert core.learning.stages[0][1] is experience_stage
     return core
 
 
@@ -127,6 +129,41 @@ def test_feedback_text_takes_raw_text_fields_once() -> None:
     text = rules.feedback_text("values must be in thousands", {"text": "values must be in thousands", "userText": "x"})
     assert text.splitlines() == ["values must be in thousands", "x"]
     assert rules.feedback_text(None, {"verifier": {"message": "CUSIP order differs"}}) == "CUSIP order differs"
+
+
+def test_configured_world_domains_extend_the_experience_tags() -> None:
+    tls = DomainSpec(label="TLS", patterns=[r"\bTLS\b", r"certificates?"])
+    nport = DomainSpec(label="SEC filings", patterns=[r"\bN-?PORT\b"])
+    added = rules.tag_patterns(WorldSettings(extra_domains={"tls": tls, "sec13f": nport}))
+    assert rules.domain_tags(["Rotate the TLS certificates of the proxy"], extra=added) == ["tls"]
+    assert rules.domain_tags(["Parse the N-PORT filing"], extra=added) == ["sec13f"]  # extends an existing tag
+    assert rules.domain_tags([TASK], extra=added)[0] == "sec13f"  # its built-in patterns still apply
+    # the built-in world table is not merged (its broad domains would tag every shell task) …
+    defaults = rules.tag_patterns(WorldSettings())
+    assert defaults == dict(rules.DOMAIN_PATTERNS)
+    # … a replaced one is, for the domains no tag covers (database ~ sql is covered by its alias)
+    replaced = WorldSettings(
+        domains={"tls": tls, "database": DomainSpec(label="DB", aliases=["sql"], patterns=[r"\bdb\b"])}
+    )
+    assert set(rules.tag_patterns(replaced)) == {*rules.DOMAIN_PATTERNS, "tls"}
+
+
+async def test_an_experience_of_a_configured_domain_carries_its_tag_and_makes_its_world_model(
+    core_factory: Any,
+) -> None:
+    tls = {"label": "TLS certificates", "patterns": [r"\btls\b", r"\bcertificates?\b"]}
+    core = with_stage(await core_factory(learning={"world": {"extra_domains": {"tls": tls}}}))
+    tasks = [
+        ("Rotate the TLS certificates of the api proxy", "Do not reuse the expired intermediate certificate."),
+        ("Renew the TLS certificate of the web proxy", "Never skip the chain check after installing a certificate."),
+    ]
+    for i, (task, lesson) in enumerate(tasks):
+        episode, _, _ = await run_task(core, f"se_tls{i}", 1_000_000 * (i + 1), task, tools=[])
+        await submit(core, episode, "negative", 1.0, rationale=lesson)
+    found = await experiences(core)
+    assert len(found) == 2 and all("tls" in e.tags for e in found)
+    worlds = await core.list_world_models(dto.ListWorldModelsParams())
+    assert any("tls" in w.domain_tags for w in worlds.world_models)
 
 
 def test_domain_tags_cover_sec13f_and_engineering_domains_and_can_be_extended() -> None:
