@@ -188,8 +188,17 @@ _TYPE_LABELS = {
 
 
 def _lines(label: str, values: list[str] | str) -> list[str]:
+    """`label value` lines; a value that already starts with the same label keeps it once (guidance lines
+    stored before repairs dropped their own "Prefer:"/"Avoid:" read "Avoid: Avoid: …")."""
     items = [values] if isinstance(values, str) else values
-    return [f"{label} {clip(v, 300)}" for v in items if v and v.strip()]
+    out: list[str] = []
+    for value in items:
+        text = (value or "").strip()
+        if text[: len(label)].casefold() == label.casefold():
+            text = text[len(label) :].strip()
+        if text:
+            out.append(f"{label} {clip(text, 300)}")
+    return out
 
 
 def experience_body(exp: ExperienceSnippet) -> str:

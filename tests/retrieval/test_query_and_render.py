@@ -49,3 +49,24 @@ def test_similar_past_task_section_lists_steps_with_a_timeline_hint() -> None:
     )
     assert "## Similar past tasks" in block
     assert "- createdb\n" in block.replace("   ", "") and 'memos_timeline(episodeId="ep_1")' in block
+
+
+def test_a_guidance_line_that_carries_its_own_label_shows_it_once() -> None:
+    from memos_bridge.retrieval.render import ExperienceSnippet, experience_body
+
+    exp = ExperienceSnippet(
+        ref_id="po_1",
+        experience_type="failure_avoidance",
+        title="13F values",
+        trigger="aggregating a 13F information table",
+        procedure="multiply the value column by 1000",
+        verification="",
+        boundary="",
+        preference=["Instead: report values as filed"],
+        anti_pattern=["Avoid: guessing the unit", "avoid: re-scaling twice"],
+        updated_at=1,
+    )
+    body = experience_body(exp)
+    assert "Avoid: Avoid:" not in body and "Avoid: avoid:" not in body and "Instead: Instead:" not in body
+    assert "Avoid: guessing the unit" in body and "Avoid: re-scaling twice" in body
+    assert "Instead: report values as filed" in body
