@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.engine import create_db_engine
@@ -38,3 +39,14 @@ def db(db_url: str) -> Iterator[Database]:
     database.open()
     yield database
     database.close()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    """An ORM session on a migrated database holding the factories' session and episode (se_1, ep_1)."""
+    from .factories import seed_episode
+
+    with Session(engine) as s:
+        seed_episode(s)
+        s.commit()
+        yield s

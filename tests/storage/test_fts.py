@@ -31,14 +31,6 @@ from .factories import OTHER, OWNER, add_policy, add_skill, add_trace, add_world
 Search = Callable[[str, Tokenizer], list[str]]
 
 
-@pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    with Session(engine) as s:
-        seed_episode(s)
-        s.commit()
-        yield s
-
-
 def ids(session: Session, query: str, tokenizer: Tokenizer, kind: FtsKind = "trace") -> list[str]:
     return [row_id for row_id, _ in fts_search(session, kind, query, owner=OWNER, tokenizer=tokenizer)]
 

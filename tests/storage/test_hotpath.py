@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from memos_bridge.storage import hotpath
 from memos_bridge.storage.models import TracePolicyLinkRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
 
-from .factories import OTHER, OWNER, add_policy, add_trace, seed_episode
-
-
-@pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    with Session(engine) as s:
-        seed_episode(s)
-        s.commit()
-        yield s
+from .factories import OTHER, OWNER, add_policy, add_trace
 
 
 def _guided(
