@@ -336,8 +336,9 @@ class FastEmbedEmbedder:
             threads=self._settings.threads,
             specific_model_path=str(folder),
             local_files_only=True,
+            lazy_load=True,  # the session is built by _load_session
         )
-        _quiet_onnx_threads(model, self._settings.threads, spinning=self._settings.onnx_spinning)
+        _load_session(model, self._settings.threads, spinning=self._settings.onnx_spinning)
         # One tiny run allocates ONNX Runtime's buffers now rather than during the first real call.
         probe = np.asarray(list(model.embed(["warm up"], batch_size=1)))
         if probe.shape != (1, self.dim):
@@ -348,33 +349,35 @@ class FastEmbedEmbedder:
         return model
 
 
-def _quiet_onnx_threads(model: Any, threads: int | None, *, spinning: bool) -> None:
-    """Rebuild fastembed's ONNX Runtime session with busy-waiting worker threads turned off.
+def _load_session(model: Any, threads: int | None, *, spinning: bool) -> None:
+    """Build the ONNX Runtime session of a lazily constructed fastembed model, with thread spinning off.
 
     Why: ONNX Runtime's intra-op threads spin for a while after every operator, waiting for the next one.
     On a 2-core machine the spinning threads take the cores the service's own threads need while a query
     is embedded (routing, keyword channels): with spinning, one `turn.start` cost about a third more CPU
     and its query embedding ran 2-3x slower than the same embedding alone (scripts/bench_retrieval.py).
-    fastembed exposes no session options, so the session it built is replaced by one with the same model
-    file, providers and thread counts plus `session.intra_op.allow_spinning = 0`. If fastembed's internals
-    ever change shape, its own session is kept (logged), which is only slower.
+    fastembed exposes no session options, so the model is constructed with `lazy_load` and its session
+    is built here from the same file, providers and thread count plus `session.intra_op.allow_spinning
+    = 0` (building a second session and dropping fastembed's kept ~50 MiB of freed arena resident). If
+    fastembed's internals ever change shape, its own loader runs instead (logged), which is only slower.
     """
+    inner = model.model  # fastembed's OnnxTextEmbedding
     if spinning:
+        inner.load_onnx_model()
         return
     try:
         import onnxruntime as ort
 
-        inner = model.model  # fastembed's OnnxTextEmbedding
-        session = inner.model  # its onnxruntime.InferenceSession
-        path = session._model_path
-        if not isinstance(session, ort.InferenceSession) or not path:
-            raise TypeError(f"unexpected session {type(session).__name__}")
+        path = Path(inner._model_dir) / inner.model_description.model_file
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is not None:
             options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1  # one model run at a time (the embedder serialises them)
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        inner.model = ort.InferenceSession(path, sess_options=options, providers=session.get_providers())
-    except Exception as exc:  # keep fastembed's own session: slower, never broken
-        log.warning("could not turn off ONNX Runtime thread spinning: %r", exc)
+        inner.model = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        inner._ensure_tokenizer()
+    except Exception as exc:  # fastembed's own session: slower, never broken
+        log.warning("could not build a non-spinning ONNX Runtime session: %r", exc)
+        inner.model = None
+        inner.load_onnx_model()
