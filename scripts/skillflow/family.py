@@ -13,6 +13,10 @@ new family needs no runner change; only its two hooks are code, each a `module:f
 should be) and the `recognise` patterns (EN and ZH regexes) the simulated agent uses to notice the lesson in
 recalled memory. An optional `worldDomain` declares the family's domain for the service's world models
 (written into the data home's config.toml as `[learning.world.extra_domains.<key>]`).
+
+A family may also declare named **variants** (`"variants": {"llm": {"workspace": "workspace-llm", "tasks":
+[...]}}`): the same pitfalls, hooks and world domain over other tasks and input files, e.g. a few-row version
+for a small real LLM that works the answer out by hand (`load_family("sec13f", variant="llm")`).
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ class Family:
     check_ref: str
     solver_ref: str
     world_domain: WorldDomain | None = None
+    workspace_dir: str = WORKSPACE_DIR  # the folder (inside `folder`) holding the tasks' input files
+    variant: str | None = None  # the variant these tasks come from (None: the family's own tasks)
+    variants: tuple[str, ...] = ()  # the variants family.json declares
 
     def task(self, task_id: str) -> Task:
         for task in self.tasks:
@@ -104,7 +111,7 @@ class Family:
         if workspace.exists():
             shutil.rmtree(workspace)
         workspace.mkdir(parents=True)
-        source = self.folder / WORKSPACE_DIR
+        source = self.folder / self.workspace_dir
         for name in task.files:
             shutil.copy2(source / name, workspace / name)
         return workspace
@@ -136,15 +143,15 @@ def _pitfall(pid: str, data: Any, where: str) -> Pitfall:
     return Pitfall(pid, _str(data, "title", where), _str(data, "feedback", where), recognise)
 
 
-def _task(data: Any, folder: Path, where: str) -> Task:
+def _task(data: Any, folder: Path, where: str, workspace_dir: str = WORKSPACE_DIR) -> Task:
     if not isinstance(data, dict):
         raise FamilyError(f"{where}: every task must be an object")
     task_id = _str(data, "id", where)
     here = f"{where} task '{task_id}'"
     files = _strings(data, "files", here)
     for name in files:
-        if not (folder / WORKSPACE_DIR / name).is_file():
-            raise FamilyError(f"{here}: input file {WORKSPACE_DIR}/{name} is missing")
+        if not (folder / workspace_dir / name).is_file():
+            raise FamilyError(f"{here}: input file {workspace_dir}/{name} is missing")
     params = data.get("params", {})
     if not isinstance(params, dict):
         raise FamilyError(f"{here}: 'params' must be an object")
@@ -159,8 +166,8 @@ def _task(data: Any, folder: Path, where: str) -> Task:
     )
 
 
-def load_family(ref: str | Path) -> Family:
-    """A shipped family by name (`sec13f`) or any family folder by path."""
+def load_family(ref: str | Path, variant: str | None = None) -> Family:
+    """A shipped family by name (`sec13f`) or any family folder by path; with `variant`, that variant's tasks."""
     folder = Path(ref)
     if not (folder / FAMILY_FILE).is_file():
         folder = FAMILIES_DIR / str(ref)
@@ -178,7 +185,23 @@ def load_family(ref: str | Path) -> Family:
         raise FamilyError(f"{where}: 'pitfalls' must be an object")
     if not isinstance(tasks, list) or not tasks:
         raise FamilyError(f"{where}: 'tasks' must be a non-empty list")
-    loaded = tuple(_task(t, folder, where) for t in tasks)
+    variants = data.get("variants", {})
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise FamilyError(f"{where}: 'variants' must be an object of objects")
+    workspace_dir = WORKSPACE_DIR
+    description = str(data.get("description", ""))
+    if variant is not None:
+        if variant not in variants:
+            known = ", ".join(sorted(variants)) or "none"
+            raise FamilyError(f"{where}: no variant {variant!r} (declared: {known})")
+        chosen = variants[variant]
+        where = f"{where} variant '{variant}'"
+        tasks = chosen.get("tasks")
+        workspace_dir = _str(chosen, "workspace", where, default=WORKSPACE_DIR)
+        description = str(chosen.get("description", description))
+        if not isinstance(tasks, list) or not tasks:
+            raise FamilyError(f"{where}: 'tasks' must be a non-empty list")
+    loaded = tuple(_task(t, folder, where, workspace_dir) for t in tasks)
     if len({t.id for t in loaded}) != len(loaded):
         raise FamilyError(f"{where}: task ids must be unique")
     domain = data.get("worldDomain")
@@ -195,13 +218,16 @@ def load_family(ref: str | Path) -> Family:
     return Family(
         name=_str(data, "name", where),
         title=_str(data, "title", where),
-        description=str(data.get("description", "")),
+        description=description,
         folder=folder.resolve(),
         tasks=loaded,
         pitfalls={pid: _pitfall(pid, p, where) for pid, p in pitfalls.items()},
         check_ref=_str(data, "check", where, default="check:check"),
         solver_ref=_str(data, "solver", where, default="agent:solve"),
         world_domain=world,
+        workspace_dir=workspace_dir,
+        variant=variant,
+        variants=tuple(sorted(variants)),
     )
 
 
