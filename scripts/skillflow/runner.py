@@ -3,24 +3,36 @@
     python scripts/skillflow_runner.py --out skillflow-report.json
     python scripts/skillflow_runner.py --family sec13f --mode with
     python scripts/skillflow_runner.py --agent-cmd "my-agent --input {input_file}" --family sales_csv
+    python scripts/skillflow_runner.py --agent llm --variant llm --llm-serve qwen2.5-coder-1.5b \
+        --service-llm-url agent --out docs/skillflow-qwen1.5b.json     # a real local model, agent and service
 
 Every family runs twice by default — through a freshly spawned memos-bridge service (own data home) and
 without any memory — with the built-in simulated agent unless `--agent-cmd` names an external one. The
 table per family goes to stdout, the full record to `--out`, the cumulative success curves to a PNG next to
 it when matplotlib is installed.
+
+With `--llm-serve MODEL` the runner starts `memos-bridge llm serve --model MODEL` itself (a child process on
+127.0.0.1, stopped when the run ends) and uses its base URL for `--agent llm`; `--service-llm-url URL` (or
+`agent`: the agent's endpoint) points the service's own LLM work (`openai_compatible`) at an endpoint too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
 import secrets
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from skillflow.agents import Agent, CommandAgent, SimulatedAgent
 from skillflow.family import FamilyError, load_family, shipped_families
@@ -56,9 +68,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="simulated",
         help="built-in agent when no --agent-cmd: the simulated one, or an LLM behind --llm-url",
     )
+    parser.add_argument(
+        "--variant", help="run each family's named variant (e.g. llm: few-row inputs for a small real model)"
+    )
     parser.add_argument("--llm-url", help="OpenAI-compatible base URL for --agent llm, e.g. http://127.0.0.1:8123/v1")
+    parser.add_argument(
+        "--llm-serve",
+        metavar="MODEL",
+        help="start `memos-bridge llm serve --model MODEL` for the run (e.g. qwen2.5-coder-1.5b) and use its URL as "
+        "--llm-url; stopped when the run ends",
+    )
+    parser.add_argument("--llm-serve-home", type=Path, help="data home of --llm-serve (its verified model cache)")
+    parser.add_argument("--llm-serve-threads", type=int, default=2, help="CPU threads of --llm-serve")
+    parser.add_argument(
+        "--service-llm-url",
+        help="point the service's own LLM work at this OpenAI-compatible base URL (provider openai_compatible, "
+        "no host fallback); `agent` = the agent's --llm-url / --llm-serve endpoint",
+    )
+    parser.add_argument(
+        "--service-llm-timeout", type=float, default=180.0, help="seconds per service LLM call (--service-llm-url)"
+    )
     parser.add_argument("--llm-model", default="local", help="model name sent to the endpoint (--agent llm)")
     parser.add_argument("--llm-max-tokens", type=int, default=900, help="completion bound per task (--agent llm)")
+    parser.add_argument(
+        "--llm-answer-tokens",
+        type=int,
+        default=400,
+        help="bound of the one continuation call that asks only for the ```json block (0 = none; --agent llm)",
+    )
+    parser.add_argument(
+        "--llm-prefill",
+        help="start of the assistant's reply the model continues ('' = none; default: the agent's own; --agent llm)",
+    )
     parser.add_argument("--llm-seed", type=int, default=7, help="sampling seed; decoding is greedy (--agent llm)")
     parser.add_argument("--llm-timeout", type=float, default=300.0, help="seconds per model call (--agent llm)")
     parser.add_argument(
@@ -102,7 +143,8 @@ def make_agent(args: argparse.Namespace) -> Agent:
         return CommandAgent(args.agent_cmd, timeout_s=args.agent_timeout)
     if args.agent == "llm":
         if not args.llm_url:
-            raise SystemExit("--agent llm needs --llm-url (an OpenAI-compatible base URL ending in /v1)")
+            raise SystemExit("--agent llm needs --llm-url (an OpenAI-compatible base URL ending in /v1) or --llm-serve")
+        extra = {} if args.llm_prefill is None else {"prefill": args.llm_prefill.replace("\\n", "\n")}
         return LLMAgent(
             LLMSettings(
                 base_url=args.llm_url,
@@ -111,9 +153,59 @@ def make_agent(args: argparse.Namespace) -> Agent:
                 seed=args.llm_seed,
                 timeout_s=args.llm_timeout,
                 max_prompt_chars=args.llm_max_prompt_chars,
+                answer_tokens=args.llm_answer_tokens,
+                **extra,
             )
         )
     return SimulatedAgent()
+
+
+def service_llm_env(base_url: str, timeout_s: float) -> dict[str, str]:
+    """The service environment that sends its own LLM work to `base_url` (and nowhere else)."""
+    return {
+        "MEMOS_BRIDGE_LLM__PROVIDER": "openai_compatible",
+        "MEMOS_BRIDGE_LLM__BASE_URL": base_url,
+        "MEMOS_BRIDGE_LLM__FALLBACK_TO_HOST": "false",
+        "MEMOS_BRIDGE_LLM__TIMEOUT_MS": str(int(timeout_s * 1000)),
+    }
+
+
+_SERVING = re.compile(r"serving \S+ at (http://\S+/v1)")
+
+
+@contextlib.contextmanager
+def served_model(model: str, home: Path | None, threads: int, log: IO[str]) -> Iterator[str]:
+    """`memos-bridge llm serve --model MODEL` as a child process; yields its base URL, stops it afterwards.
+
+    Its stdout (the URL line) and stderr (llama.cpp's log) go to `log`.
+    """
+    command = [sys.executable, "-m", "memos_bridge", "llm", "serve", "--model", model, "--threads", str(threads)]
+    if home is not None:
+        command += ["--home", str(home)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ})
+    assert child.stdout is not None
+    url: str | None = None
+    try:
+        for line in child.stdout:
+            log.write(line)
+            log.flush()
+            match = _SERVING.search(line)
+            if match:
+                url = match.group(1)
+                break
+        if url is None:
+            code = child.wait()
+            raise SystemExit(f"memos-bridge llm serve --model {model} exited ({code}) without a URL; see {log.name}")
+        stdout = child.stdout
+        threading.Thread(target=lambda: [log.write(x) for x in stdout], daemon=True).start()
+        yield url
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def run(
@@ -124,11 +216,13 @@ def run(
     *,
     mode: str = "both",
     echo: bool = True,
+    variant: str | None = None,
 ) -> dict[str, Any]:
     """Run each family in the requested modes and return the report (printing each family's table)."""
     reports = []
+    started = time.monotonic()
     for ref in families:
-        family = load_family(ref)
+        family = load_family(ref, variant)
         folder = work_dir / family.name
         with_memory = run_with_memory(family, agent, folder, options) if mode in ("both", "with") else None
         without_memory = run_without_memory(family, agent, folder, options) if mode in ("both", "without") else None
@@ -136,10 +230,14 @@ def run(
         reports.append(report)
         if echo:
             print(format_table(report) + "\n", flush=True)
+    settings = getattr(agent, "settings", None)
     meta = {
         "runId": options.run_id,
         "createdAt": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "agent": {"kind": agent.name, "command": getattr(agent, "command", None)},
+        "agent": {"kind": agent.name, "command": getattr(agent, "command", None)}
+        | ({"settings": asdict(settings)} if settings is not None else {}),
+        "variant": variant,
+        "wallMs": int((time.monotonic() - started) * 1000),
         "mode": mode,
         "workDir": str(work_dir),
         "service": {"env": service_env(options), "agentName": options.agent_name},
@@ -152,16 +250,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="skillflow-"))
     work_dir.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if args.llm_serve:
+            log = stack.enter_context((work_dir / "llm-serve.log").open("w", encoding="utf-8"))
+            url = stack.enter_context(served_model(args.llm_serve, args.llm_serve_home, args.llm_serve_threads, log))
+            print(f"llm serve: {args.llm_serve} at {url} (log: {log.name})", flush=True)
+            args.llm_url = args.llm_url or url
+            if args.agent_cmd is None:
+                args.agent = "llm"
+        code = _run_main(args, work_dir)
+    print(f"wall time: {time.monotonic() - began:.0f} s")
+    return code
+
+
+def _run_main(args: argparse.Namespace, work_dir: Path) -> int:
+    service_env_pairs = _env_pairs(args.service_env)
+    llm_mode = args.llm
+    if args.service_llm_url:
+        url = args.llm_url if args.service_llm_url == "agent" else args.service_llm_url
+        if not url:
+            raise SystemExit("--service-llm-url agent needs --llm-url or --llm-serve")
+        service_env_pairs = service_llm_env(url, args.service_llm_timeout) | service_env_pairs
+        llm_mode = "inherit"
     options = RunOptions(
         run_id=f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}",
         agent_name=args.agent_name,
         new_task_phrase=args.new_task_phrase,
-        llm=args.llm,
-        service_env=_env_pairs(args.service_env),
+        llm=llm_mode,
+        service_env=service_env_pairs,
     )
+    if args.service_llm_url:
+        # one service LLM call can take minutes on a small CPU: let RPCs that wait for learning wait for it
+        options.rpc_timeout_s = max(options.rpc_timeout_s, 20 * args.service_llm_timeout)
     agent = make_agent(args)
     try:
-        report = run(args.family or shipped_families(), agent, work_dir, options, mode=args.mode, echo=not args.quiet)
+        report = run(
+            args.family or shipped_families(),
+            agent,
+            work_dir,
+            options,
+            mode=args.mode,
+            echo=not args.quiet,
+            variant=args.variant,
+        )
     except (FamilyError, ProtocolError) as exc:
         print(f"skillflow: {exc}", file=sys.stderr)
         return 2
