@@ -4,7 +4,8 @@ The reference converts every order line to USD with the `fx_rates.csv` rate of i
 reads `order_date` day-first (DD/MM/YYYY), leaves cancelled orders out, and rounds money half-up to cents once,
 at the end. For diagnosis it can also produce the answer with the family's pitfalls made (`fx`: amounts
 summed in their own currencies, `dates`: month-first reading whenever the day is 12 or less, `cancelled`:
-cancelled orders counted), so the feedback can name the mistake (see `skillflow.verify`).
+cancelled orders counted), so the feedback can name the mistake (see `skillflow.verify`); a misread month that
+the rates file does not list converts at the rate of the order's real month.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ class Ledger:
         rows = [r for name in task.params["sales"] for r in read_rows(workspace / name)]
         self.rows = rows if "cancelled" in mistakes else [r for r in rows if r["status"] != "cancelled"]
 
-    def month(self, row: Row) -> str:
+    def month(self, row: Row, *, misread: bool = True) -> str:
         day, month, year = (int(part) for part in row["order_date"].split("/"))
-        if "dates" in self.mistakes and day <= 12:
+        if misread and "dates" in self.mistakes and day <= 12:
             day, month = month, day  # read as MM/DD/YYYY
         return f"{year}-{month:02d}"
 
@@ -56,7 +57,13 @@ class Ledger:
         amount = Decimal(row["quantity"]) * Decimal(row["unit_price"])
         if "fx" in self.mistakes:
             return amount
-        return amount * self.rates[(self.month(row), row["currency"])]
+        rate = self.rates.get((self.month(row), row["currency"]))
+        if rate is None:
+            # a month-first misreading can land on a month the rates file does not list (the `llm` variant's
+            # lists only its own months): the agent making that mistake still converts, at some rate; take the
+            # rate of the order's real month
+            rate = self.rates[(self.month(row, misread=False), row["currency"])]
+        return amount * rate
 
     def revenue_by(self, key: Callable[[Row], str]) -> dict[str, Decimal]:
         totals: dict[str, Decimal] = defaultdict(Decimal)

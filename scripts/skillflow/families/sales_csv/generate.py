@@ -1,4 +1,5 @@
-"""Writes the family's synthetic sales exports (`workspace/sales_jan_feb.csv`, `sales_mar_apr.csv`, `fx_rates.csv`).
+"""Writes the family's synthetic sales exports (`workspace/sales_jan_feb.csv`, `sales_mar_apr.csv`, `fx_rates.csv`,
+and the few-row ones of the `llm` variant in `workspace-llm/`).
 
     python scripts/skillflow/families/sales_csv/generate.py            # rewrite the files
     python scripts/skillflow/families/sales_csv/generate.py --check    # exit 1 if they differ from the code
@@ -7,6 +8,11 @@ Invented orders from a seeded RNG, with the quirks the family's lessons are abou
 currency (USD, EUR, GBP; `fx_rates.csv` has a USD rate per currency and month of 2024), order dates written
 day-first (`DD/MM/YYYY`, about half of them with a day of 12 or less, so a month-first reading silently
 moves them), and — in March/April only — cancelled orders among the completed ones.
+
+The `llm` variant's exports are for a small real LLM that works the answer out by hand: one month per file
+(January, March), three or four orders each with round prices, a USD and a EUR rate per month (no GBP), and
+the same quirks: a EUR order among the USD ones, day-first dates with a day of 12 or less, and a cancelled
+order in each file.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 
 WORKSPACE = Path(__file__).resolve().parent / "workspace"
+LLM_WORKSPACE = Path(__file__).resolve().parent / "workspace-llm"
 SEED = 2024
 HEADER = "order_id,order_date,status,region,customer,product,quantity,unit_price,currency"
 CUSTOMERS = [
@@ -90,18 +97,56 @@ def files() -> dict[str, str]:
     }
 
 
+# The `llm` variant, written out: (order_id, date DD/MM/YYYY, status, region, customer, product, qty, price, currency).
+LLM_ORDERS = {
+    "sales_jan.csv": [
+        ("SO-1001", "05/01/2024", "completed", "South", "Cedar Retail", "Gizmo", 2, "10.00", "USD"),
+        ("SO-1002", "09/01/2024", "cancelled", "North", "Elm Street Foods", "Gadget", 3, "20.00", "USD"),
+        ("SO-1003", "22/01/2024", "completed", "East", "Birchwood GmbH", "Widget", 4, "5.00", "EUR"),
+    ],
+    "sales_mar.csv": [
+        ("SO-2001", "11/03/2024", "completed", "West", "Dunmore Ltd", "Gadget", 2, "15.00", "EUR"),
+        ("SO-2002", "04/03/2024", "cancelled", "South", "Harbor Supply", "Gizmo", 5, "10.00", "USD"),
+        ("SO-2003", "27/03/2024", "completed", "South", "Harbor Supply", "Widget", 3, "10.00", "USD"),
+        ("SO-2004", "15/03/2024", "completed", "North", "Alder & Co", "Gizmo", 2, "13.50", "USD"),
+    ],
+}
+LLM_EUR = {1: "1.1000", 2: "1.2000", 3: "1.1000"}
+
+
+def llm_files() -> dict[str, str]:
+    out = {
+        name: "\n".join([HEADER, *(",".join(str(v) for v in order) for order in orders)]) + "\n"
+        for name, orders in LLM_ORDERS.items()
+    }
+    out["fx_rates.csv"] = (
+        "\n".join(
+            ["month,currency,usd_per_unit"]
+            + [f"2024-{m:02d},{c},{r}" for m, eur in LLM_EUR.items() for c, r in (("USD", "1.0000"), ("EUR", eur))]
+        )
+        + "\n"
+    )
+    return out
+
+
+def _outputs() -> dict[Path, str]:
+    """Every generated file by its path: the family's workspace and the `llm` variant's."""
+    return {WORKSPACE / n: t for n, t in files().items()} | {LLM_WORKSPACE / n: t for n, t in llm_files().items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare the files with the generator")
     args = parser.parse_args(argv)
-    stale = [n for n, text in files().items() if not (WORKSPACE / n).is_file() or (WORKSPACE / n).read_text() != text]
+    outputs = _outputs()
+    stale = [str(p.relative_to(WORKSPACE.parent)) for p, t in outputs.items() if not p.is_file() or p.read_text() != t]
     if args.check:
         print("stale: " + ", ".join(stale) if stale else "up to date")
         return 1 if stale else 0
-    WORKSPACE.mkdir(parents=True, exist_ok=True)
-    for name, text in files().items():
-        (WORKSPACE / name).write_text(text, encoding="utf-8")
-    print(f"wrote {', '.join(files())} to {WORKSPACE}")
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    print(f"wrote {', '.join(str(p.relative_to(WORKSPACE.parent)) for p in outputs)}")
     return 0
 
 

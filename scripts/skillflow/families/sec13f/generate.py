@@ -1,4 +1,5 @@
-"""Writes the family's synthetic 13F information tables (`workspace/filing_q1.xml`, `filing_q2.xml`).
+"""Writes the family's synthetic 13F information tables (`workspace/filing_q1.xml`, `filing_q2.xml`, and the
+few-row ones of the `llm` variant in `workspace-llm/`).
 
     python scripts/skillflow/families/sec13f/generate.py            # rewrite the files
     python scripts/skillflow/families/sec13f/generate.py --check    # exit 1 if they differ from the code
@@ -9,6 +10,12 @@ seeded RNG only decides how a position is split across infoTable rows (sole vs s
 voting split. The totals are chosen so that every ranked task has a tie whose CUSIP order differs from its
 name order (the tie-break pitfall shows), a debt (PRN) row sits among the share rows, two positions are new in
 Q2 and two were exited.
+
+The `llm` variant's tables are for a small real LLM that reads the XML and works the answer out by hand: four
+holdings a quarter, one infoTable row each (only nameOfIssuer, cusip, value and shrsOrPrnAmt), values in the
+thousands, listed largest first. The pitfalls stay: every ranked task has a tie whose document and issuer-name
+order differ from the CUSIP order, the element names are still XML names, and values are still in thousands
+of USD.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 WORKSPACE = Path(__file__).resolve().parent / "workspace"
+LLM_WORKSPACE = Path(__file__).resolve().parent / "workspace-llm"
 NAMESPACE = "http://www.sec.gov/edgar/document/thirteenf/informationtable"
 SEED = 13
 
@@ -45,6 +53,21 @@ HOLDINGS: list[Holding] = [
 ]
 # A debt position: principal amount (PRN), not shares.
 NOTES = ("CONTOSO LTD", "21036PAB", "NOTE 2.500% 2031", (5_120, 5_000_000), (5_180, 5_000_000))
+
+
+# The `llm` variant: (name, CUSIP base, Q1 (value, shares), Q2 (value, shares)), in document order: by value,
+# largest first, as many filers list them, so the ranking is in the file and only the ties need a rule. Value,
+# shares and change of ADVENTURE WORKS and ZENITH tie, and the two new Q2 positions tie: in each tie the
+# document (and issuer-name) order puts the larger CUSIP first.
+LlmHolding = tuple[str, str, tuple[int, int] | None, tuple[int, int] | None]
+LLM_HOLDINGS: list[LlmHolding] = [
+    ("CONTOSO LTD", "21036P10", (9_150, 61_200), (10_650, 61_200)),
+    ("ADVENTURE WORKS CORP", "98956P10", (4_820, 30_200), (5_820, 30_200)),
+    ("ZENITH ANALYTICS INC", "11133T10", (4_820, 30_200), (5_820, 30_200)),
+    ("ALPINE SKI HOUSE", "92343V10", None, (2_500, 20_000)),
+    ("LUCERNE PUBLISHING", "54930L10", None, (2_500, 14_000)),
+    ("MARGIES TRAVEL INC", "38259P10", (1_200, 8_000), None),
+]
 
 
 def cusip_check_digit(base: str) -> str:
@@ -102,22 +125,54 @@ def render(quarter: int) -> str:
     )
 
 
+def render_llm(quarter: int) -> str:
+    """The `llm` variant's information table of one quarter: one short infoTable row per holding."""
+    rows: list[str] = []
+    for name, base, q1, q2 in LLM_HOLDINGS:
+        position = q1 if quarter == 1 else q2
+        if position is None:
+            continue
+        value, shares = position
+        rows.append(
+            "  <infoTable>\n"
+            f"    <nameOfIssuer>{escape(name)}</nameOfIssuer>\n"
+            f"    <cusip>{base + cusip_check_digit(base)}</cusip>\n"
+            f"    <value>{value}</value>\n"
+            f"    <shrsOrPrnAmt><sshPrnamt>{shares}</sshPrnamt><sshPrnamtType>SH</sshPrnamtType></shrsOrPrnAmt>\n"
+            "  </infoTable>\n"
+        )
+    body = "".join(rows)
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<informationTable xmlns="{NAMESPACE}">\n{body}</informationTable>\n'
+    )
+
+
 def files() -> dict[str, str]:
     return {"filing_q1.xml": render(1), "filing_q2.xml": render(2)}
+
+
+def llm_files() -> dict[str, str]:
+    return {"filing_q1.xml": render_llm(1), "filing_q2.xml": render_llm(2)}
+
+
+def _outputs() -> dict[Path, str]:
+    """Every generated file by its path: the family's workspace and the `llm` variant's."""
+    return {WORKSPACE / n: t for n, t in files().items()} | {LLM_WORKSPACE / n: t for n, t in llm_files().items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare the files with the generator")
     args = parser.parse_args(argv)
-    stale = [n for n, text in files().items() if not (WORKSPACE / n).is_file() or (WORKSPACE / n).read_text() != text]
+    outputs = _outputs()
+    stale = [str(p.relative_to(WORKSPACE.parent)) for p, t in outputs.items() if not p.is_file() or p.read_text() != t]
     if args.check:
         print("stale: " + ", ".join(stale) if stale else "up to date")
         return 1 if stale else 0
-    WORKSPACE.mkdir(parents=True, exist_ok=True)
-    for name, text in files().items():
-        (WORKSPACE / name).write_text(text, encoding="utf-8")
-    print(f"wrote {', '.join(files())} to {WORKSPACE}")
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    print(f"wrote {', '.join(str(p.relative_to(WORKSPACE.parent)) for p in outputs)}")
     return 0
 
 
