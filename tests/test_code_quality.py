@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +16,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff not installed (pip install -e '.[dev]')")
+# `python -m ruff` is what runs, so look for the module, not a `ruff` on PATH (an unactivated venv has none)
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff not installed (pip install -e '.[dev]')")
 def test_ruff_lint_and_format() -> None:
     lint = _run("ruff", "check", ".")
     assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -199,6 +199,17 @@ _TEXT_MISMATCH: Final = re.compile(
     r"应(?:该)?(?:是|为)\s*(?P<se>[^，,；;。]+)[，,]?\s*而不是\s*(?P<sa>[^。；;\n]+)",
     re.IGNORECASE,
 )
+#: "Do not X: Y" — an avoid sentence whose second half says what to do instead (the usual shape of review
+#: feedback: "Don't read dates month-first: the exports write them day-first").
+_REMEDY: Final = re.compile(
+    r"^[^:：]*?(?:\bdo\s+not|\bdon'?t|\bnever|\bavoid|不要|别再|切勿)[^:：]*[:：]\s*(?P<remedy>\S.*)$", re.IGNORECASE
+)
+#: A remedy that opens on a pronoun ("leave them out") means nothing without the first half: not a line alone.
+_LEADING_PRONOUN: Final = re.compile(r"^(?:\S+\s+){0,2}?(?:it|its|them|they|this|these|those|that)\b", re.IGNORECASE)
+#: A line that restates this attempt's own values ("`total` should be 13970, got 14070", "`x` must be 42
+#: (this attempt: 40)") once its parenthesised samples are set aside: true of one task's data only.
+_INSTANCE_VALUE: Final = re.compile(r"\b(?:should|must)\s+be\b[^.;\n]*\d|\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
+_PARENTHESISED: Final = re.compile(r"\([^()]*\)")
 #: Words that carry the cue, not the content: a sentence needs specific words beyond these.
 CUE_WORDS: Final = frozenset(
     """next time future forward always never avoid stop instead should must need needs expected actual actually
@@ -292,6 +303,7 @@ def classify(text: str) -> Classification:
             cues.add("avoidance")
             if specific >= 1:
                 avoid.append(sentence)
+                fix.extend(_remedy(sentence))
         elif _CORRECT.search(sentence) or _INSTRUCT.search(sentence) or _IMPERATIVE.search(sentence):
             cues.add("correction" if _CORRECT.search(sentence) else "instruction")
             if specific >= 1:
@@ -321,6 +333,29 @@ def classify(text: str) -> Classification:
         wrong=tuple(_unique(clip(s, LINE_CHARS) for s in wrong)),
         text_mismatch=_TEXT_MISMATCH.search(text) is not None,
     )
+
+
+def _remedy(sentence: str) -> list[str]:
+    """The do-instead half of a "Do not X: Y" sentence as a line of its own, when it stands alone."""
+    found = _REMEDY.match(sentence)
+    if found is None:
+        return []
+    remedy = found.group("remedy").strip()
+    if _AVOID.search(remedy) or _LEADING_PRONOUN.match(remedy) or len(specific_tokens(remedy)) < 2:
+        return []
+    return [remedy[:1].upper() + remedy[1:]]
+
+
+def instance_specific(line: str) -> bool:
+    """Whether `line` only restates this attempt's values (a lesson for this task's data, not the next task's)."""
+    return _INSTANCE_VALUE.search(_PARENTHESISED.sub(" ", line)) is not None
+
+
+def general_first(lines: Iterable[str]) -> list[str]:
+    """`lines` with the ones that carry over to another task before the ones that restate this attempt's
+    values (stable otherwise): a repair's title and first steps should be its transferable part."""
+    listed = list(lines)
+    return sorted(listed, key=instance_specific)
 
 
 _SHAPE_ORDER: Final[tuple[Shape, ...]] = (
@@ -606,7 +641,8 @@ def draft_experience(
         preference: list[str] = []
         anti = avoid_lines
     elif kind == "repair_instruction":
-        fixes = _unique([*c.fix, *c.prefer, *v_fix])[:MAX_LINES]  # the feedback's own words before the diff
+        # the feedback's own words before the diff, and what carries over to the next task before this one's values
+        fixes = general_first(_unique([*c.fix, *c.prefer, *v_fix]))[:MAX_LINES]
         procedure = _numbered([*fixes, _CLOSING_CHECK[verifier is not None]])
         title = titled(kind, fixes[0] if fixes else c.avoid[0] if c.avoid else episode.task, tags)
         preference, anti = [], avoid_lines

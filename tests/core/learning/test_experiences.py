@@ -131,6 +131,42 @@ def test_feedback_text_takes_raw_text_fields_once() -> None:
     assert rules.feedback_text(None, {"verifier": {"message": "CUSIP order differs"}}) == "CUSIP order differs"
 
 
+def test_the_do_instead_half_of_an_avoid_sentence_is_a_fix_line() -> None:
+    tie = (
+        "Do not break ranking ties by issuer name: when two rows rank equal, break the tie by CUSIP ascending "
+        "(sort by the ranked value descending, then by cusip ascending)."
+    )
+    classified = rules.classify(tie)
+    assert classified.avoid == (tie,)
+    assert classified.fix == (
+        "When two rows rank equal, break the tie by CUSIP ascending (sort by the ranked value descending, then by "
+        "cusip ascending).",
+    )
+    # a second half that means nothing alone ("leave them out") or is itself a prohibition stays with the first
+    assert not rules.classify("Do not count cancelled orders: leave them out of every total.").fix
+    assert not rules.classify("Never round the totals: do not drop the cents.").fix
+    assert not rules.classify(AVOID_SCHEMA).fix
+
+
+def test_a_repair_leads_with_what_carries_over_not_with_this_attempts_values() -> None:
+    text = (
+        "1/3 checks passed.\n`top_total_value` should be 13970, got 14070.\n"
+        "Do not break ranking ties by issuer name: when two rows rank equal, break the tie by CUSIP ascending."
+    )
+    assert rules.instance_specific("`top_total_value` should be 13970, got 14070.")
+    assert rules.instance_specific("`holdings.cusip` in answers.json must be 11133T103 (this attempt: 98956P102).")
+    assert not rules.instance_specific("Report `v` in thousands: divide by 1,000 (expected 1, got 1000).")
+    assert not rules.instance_specific("The total should be in USD.")
+    feedback = rules.FeedbackFacts(id="fb_1", ts=0, polarity="negative", magnitude=1.0, explicit=True, text=text)
+    episode = rules.EpisodeFacts(episode_id="ep_1", task=TASK, reply="Wrote answers.json.")
+    assessment = rules.assess(feedback, episode)
+    assert assessment.experience_type == "repair_instruction"
+    draft = rules.draft_experience(feedback, episode, assessment)
+    assert draft.title == "Repair (sec13f): When two rows rank equal, break the tie by CUSIP ascending"
+    steps = draft.procedure.splitlines()
+    assert steps[0].startswith("1. When two rows rank equal") and "should be 13970" in steps[1]
+
+
 def test_configured_world_domains_extend_the_experience_tags() -> None:
     tls = DomainSpec(label="TLS", patterns=[r"\bTLS\b", r"certificates?"])
     nport = DomainSpec(label="SEC filings", patterns=[r"\bN-?PORT\b"])
