@@ -68,6 +68,18 @@ def first_line(text: str) -> str:
     return ""
 
 
+#: A line that restates one attempt's own values ("`total` should be 13970, got 14070", "`x` must be 42
+#: (this attempt: 40)") once its parenthesised samples are set aside.
+_INSTANCE_VALUE = re.compile(r"\b(?:should|must)\s+be\b[^.;\n]*\d|\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
+_PARENTHESISED = re.compile(r"\([^()]*\)")
+
+
+def instance_specific(line: str) -> bool:
+    """Whether `line` only restates one attempt's values: true of that task's data, not a lesson for the next
+    task (a small model copies such numbers into an unrelated answer)."""
+    return _INSTANCE_VALUE.search(_PARENTHESISED.sub(" ", line)) is not None
+
+
 def has_cjk(text: str) -> bool:
     return bool(_CJK.search(text))
 

@@ -70,3 +70,33 @@ def test_a_guidance_line_that_carries_its_own_label_shows_it_once() -> None:
     assert "Avoid: Avoid:" not in body and "Avoid: avoid:" not in body and "Instead: Instead:" not in body
     assert "Avoid: guessing the unit" in body and "Avoid: re-scaling twice" in body
     assert "Instead: report values as filed" in body
+
+
+def test_a_recalled_repair_shows_its_transferable_steps_not_the_failed_attempts_values() -> None:
+    from memos_bridge.retrieval.render import ExperienceSnippet, experience_body, transferable_steps
+
+    procedure = (
+        "1. When two rows rank equal, break the tie by CUSIP ascending.\n"
+        "2. `top_total_value` should be 13970, got 14070.\n"
+        "3. `top_securities.cusip` in answers.json must be 11133T103 (this attempt: 98956P102).\n"
+        "4. Check the output against the verifier's fields before finishing."
+    )
+    exp = ExperienceSnippet(
+        ref_id="po_1",
+        experience_type="repair_instruction",
+        title="Repair (sec13f): When two rows rank equal, break the tie by CUSIP ascending",
+        trigger="ranking 13F securities",
+        procedure=procedure,
+        verification="",
+        boundary="",
+        preference=[],
+        anti_pattern=["Do not break ranking ties by issuer name."],
+        updated_at=1,
+    )
+    body = experience_body(exp)
+    assert "13970" not in body and "11133T103" not in body
+    assert "Fix: 1. When two rows rank equal, break the tie by CUSIP ascending. 2. Check the output" in body
+    assert "Avoid: Do not break ranking ties by issuer name." in body
+    # a repair that is nothing but the attempt's values is all the lesson there is: shown whole
+    only_values = "1. `total_shares` should be 129600, got 182600."
+    assert transferable_steps(only_values) == only_values

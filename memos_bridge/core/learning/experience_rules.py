@@ -46,7 +46,7 @@ from memos_bridge.core.learning.experience_verifier import (
     verifier_lines,
 )
 from memos_bridge.core.learning.l2_induce import STOPWORDS, content_tokens, token_similarity
-from memos_bridge.core.text import clip, first_sentence, squash
+from memos_bridge.core.text import clip, first_sentence, instance_specific, squash
 from memos_bridge.llm.prompts import FeedbackRefineOutput
 
 ExperienceType = Literal["success_pattern", "repair_validated", "failure_avoidance", "repair_instruction", "preference"]
@@ -206,10 +206,6 @@ _REMEDY: Final = re.compile(
 )
 #: A remedy that opens on a pronoun ("leave them out") means nothing without the first half: not a line alone.
 _LEADING_PRONOUN: Final = re.compile(r"^(?:\S+\s+){0,2}?(?:it|its|them|they|this|these|those|that)\b", re.IGNORECASE)
-#: A line that restates this attempt's own values ("`total` should be 13970, got 14070", "`x` must be 42
-#: (this attempt: 40)") once its parenthesised samples are set aside: true of one task's data only.
-_INSTANCE_VALUE: Final = re.compile(r"\b(?:should|must)\s+be\b[^.;\n]*\d|\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
-_PARENTHESISED: Final = re.compile(r"\([^()]*\)")
 #: Words that carry the cue, not the content: a sentence needs specific words beyond these.
 CUE_WORDS: Final = frozenset(
     """next time future forward always never avoid stop instead should must need needs expected actual actually
@@ -344,11 +340,6 @@ def _remedy(sentence: str) -> list[str]:
     if _AVOID.search(remedy) or _LEADING_PRONOUN.match(remedy) or len(specific_tokens(remedy)) < 2:
         return []
     return [remedy[:1].upper() + remedy[1:]]
-
-
-def instance_specific(line: str) -> bool:
-    """Whether `line` only restates this attempt's values (a lesson for this task's data, not the next task's)."""
-    return _INSTANCE_VALUE.search(_PARENTHESISED.sub(" ", line)) is not None
 
 
 def general_first(lines: Iterable[str]) -> list[str]:

@@ -18,6 +18,7 @@ from memos_bridge.core.facade import MemoryCore
 from memos_bridge.core.learning import experience_rules as rules
 from memos_bridge.core.learning.experience_verifier import parse_verifier, verifier_lines
 from memos_bridge.core.learning.experiences import ExperienceReport, experience_stage
+from memos_bridge.core.text import instance_specific
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.prompts import FeedbackRefineOutput
 from tests.llm.fakes import ScriptedProvider
@@ -153,10 +154,10 @@ def test_a_repair_leads_with_what_carries_over_not_with_this_attempts_values() -
         "1/3 checks passed.\n`top_total_value` should be 13970, got 14070.\n"
         "Do not break ranking ties by issuer name: when two rows rank equal, break the tie by CUSIP ascending."
     )
-    assert rules.instance_specific("`top_total_value` should be 13970, got 14070.")
-    assert rules.instance_specific("`holdings.cusip` in answers.json must be 11133T103 (this attempt: 98956P102).")
-    assert not rules.instance_specific("Report `v` in thousands: divide by 1,000 (expected 1, got 1000).")
-    assert not rules.instance_specific("The total should be in USD.")
+    assert instance_specific("`top_total_value` should be 13970, got 14070.")
+    assert instance_specific("`holdings.cusip` in answers.json must be 11133T103 (this attempt: 98956P102).")
+    assert not instance_specific("Report `v` in thousands: divide by 1,000 (expected 1, got 1000).")
+    assert not instance_specific("The total should be in USD.")
     feedback = rules.FeedbackFacts(id="fb_1", ts=0, polarity="negative", magnitude=1.0, explicit=True, text=text)
     episode = rules.EpisodeFacts(episode_id="ep_1", task=TASK, reply="Wrote answers.json.")
     assessment = rules.assess(feedback, episode)
