@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 from memos_bridge.aclient import AsyncServiceClient
@@ -82,31 +83,38 @@ async def test_blocking_handler_runs_in_a_thread_and_per_call_timeout(tmp_path: 
         assert (await client.core_ping(timeout=10))["ok"] is True
 
 
+async def _llm_test_in_flight(client: AsyncServiceClient, group: anyio.abc.TaskGroup) -> list[BaseException]:
+    """Start an `llm.test` whose host LLM never answers and return once the service is waiting on it; the list
+    receives the `TransportClosed` the call ends with when the connection goes."""
+    entered = anyio.Event()
+
+    async def stuck(params: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        await anyio.sleep(60)
+        return {"text": "never"}
+
+    client.on_request("host.llm.complete", stuck)
+    failure: list[BaseException] = []
+
+    async def in_flight() -> None:
+        try:
+            await client.llm_test(prompt="hang")
+        except TransportClosed as exc:
+            failure.append(exc)
+
+    group.start_soon(in_flight)
+    with anyio.fail_after(20):
+        await entered.wait()
+    return failure
+
+
 async def test_respawn_after_the_service_dies(tmp_path: Path) -> None:
     async with AsyncServiceClient.spawn(tmp_path / "home") as client:
         session = (await client.session_open(AGENT))["sessionId"]
         reconnected: list[int] = []
         client.on_reconnect(lambda: reconnected.append(1))
-        entered = anyio.Event()
-
-        async def stuck(params: dict[str, Any]) -> dict[str, Any]:
-            entered.set()
-            await anyio.sleep(60)
-            return {"text": "never"}
-
-        client.on_request("host.llm.complete", stuck)
-        failure: list[BaseException] = []
-
-        async def in_flight() -> None:
-            try:
-                await client.llm_test(prompt="hang")
-            except TransportClosed as exc:
-                failure.append(exc)
-
         async with anyio.create_task_group() as group:
-            group.start_soon(in_flight)
-            with anyio.fail_after(20):
-                await entered.wait()
+            failure = await _llm_test_in_flight(client, group)
             process = client.process
             assert process is not None
             first_pid = process.pid
@@ -127,26 +135,8 @@ async def test_tcp_authenticates_fails_in_flight_calls_and_reconnects_to_a_resta
     try:
         async with AsyncServiceClient.tcp("127.0.0.1", port, token="s3cret") as client:
             session = (await client.session_open(AGENT))["sessionId"]
-            entered = anyio.Event()
-
-            async def stuck(params: dict[str, Any]) -> dict[str, Any]:
-                entered.set()
-                await anyio.sleep(60)
-                return {"text": "never"}
-
-            client.on_request("host.llm.complete", stuck)
-            failure: list[BaseException] = []
-
-            async def in_flight() -> None:
-                try:
-                    await client.llm_test(prompt="hang")
-                except TransportClosed as exc:
-                    failure.append(exc)
-
             async with anyio.create_task_group() as group:
-                group.start_soon(in_flight)
-                with anyio.fail_after(20):
-                    await entered.wait()
+                failure = await _llm_test_in_flight(client, group)
                 proc.kill()  # the daemon dies with llm.test in flight
                 proc.wait(timeout=30)
             (error,) = failure
