@@ -384,6 +384,13 @@ class WorldSettings(_Section):
 
 class LearningSettings(_Section):
     concurrency: int = Field(2, ge=1, description="Episodes whose learning chain may run at the same time.")
+    refine_timeout_ms: int = Field(
+        20_000,
+        ge=1_000,
+        description="Deadline of the LLM rewording of a typed experience (feedback.refine); the rule draft is "
+        "used when it passes. It runs while feedback.submit drains the queue, so it is kept short; raise it for "
+        "a slow local model (a 1.5B model on 2 CPU cores needs 30-60 s).",
+    )
     reward: RewardSettings = Field(default_factory=lambda: RewardSettings())
     l2: L2Settings = Field(default_factory=lambda: L2Settings())
     repair: RepairSettings = Field(default_factory=lambda: RepairSettings())

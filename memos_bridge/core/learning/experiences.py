@@ -94,9 +94,9 @@ VALIDATION_POOL: Final = 32
 SOURCE_CAP: Final = 200
 SOURCE_TRACES_PER_FEEDBACK: Final = 40
 EVIDENCE_CAP: Final = 20
-#: The refinement call (reference: 5 s; a host model answering over the bridge needs more).
+#: The refinement call; its deadline is `learning.refine_timeout_ms` (reference: 5 s; a host model answering
+#: over the bridge needs more).
 LLM_OP: Final = "feedback.refine"
-REFINE_TIMEOUT_MS: Final = 20_000
 BUILDER: Final = "feedback.experience.v1"
 _NUMBERING: Final = re.compile(r"^\s*\d+[.)]\s*")
 
@@ -340,7 +340,11 @@ async def _refine(
     }
     try:
         answer = await ctx.llm.complete_json(
-            FEEDBACK_REFINE, variables, op=LLM_OP, episode_id=episode.episode_id, timeout_ms=REFINE_TIMEOUT_MS
+            FEEDBACK_REFINE,
+            variables,
+            op=LLM_OP,
+            episode_id=episode.episode_id,
+            timeout_ms=ctx.settings.learning.refine_timeout_ms,
         )
     except MemosError as exc:
         log.info("feedback refinement unavailable (%s); using the rule draft", exc.code.value)

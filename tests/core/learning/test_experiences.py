@@ -627,6 +627,23 @@ async def test_a_scripted_llm_rewords_the_draft_but_not_its_type(core_factory: A
     assert stage_report(core, episode).llm_calls == 1
 
 
+@pytest.mark.parametrize(("configured", "limit"), [(None, 20_000), (90_000, 90_000)], ids=["default", "raised"])
+async def test_the_refinement_deadline_is_configurable(core_factory: Any, configured: int | None, limit: int) -> None:
+    """A slow local model needs longer than the default 20 s; the configured deadline reaches the provider."""
+    provider = scripted(REFINED)
+    overrides: dict[str, Any] = {"learning": {"refine_timeout_ms": configured}} if configured else {}
+    core = with_stage(await core_factory(llm=LLMFacade([provider], default_timeout_ms=120_000), **overrides))
+    episode, _, _ = await run_task(core, "se_t", 1_000_000)
+    await submit(core, episode, "negative", 1.0, rationale=AVOID_SCHEMA, raw=verifier(passed=0, total=4))
+    refine_calls = [
+        kwargs
+        for messages, kwargs in zip(provider.calls, provider.kwargs, strict=True)
+        if "Turn that feedback into ONE experience" in messages[0].content
+    ]
+    assert len(refine_calls) == 1
+    assert limit - 1_000 < refine_calls[0]["timeout_ms"] <= limit
+
+
 @pytest.mark.parametrize(
     "refine",
     [{**REFINED, "procedure": "Preheat the oven to 200C and bake for an hour."}, RuntimeError("provider down")],
