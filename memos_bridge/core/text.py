@@ -68,6 +68,19 @@ def first_line(text: str) -> str:
     return ""
 
 
+_STEP_NUMBER = re.compile(r"^\s*\d+[.)]\s*")
+
+
+def unnumbered(line: str) -> str:
+    """`line` without a leading "1." / "2)" step number."""
+    return _STEP_NUMBER.sub("", line)
+
+
+def numbered_steps(procedure: str) -> list[str]:
+    """The steps of a numbered procedure ("1. …\n2. …"), numbers and blank lines dropped."""
+    return [unnumbered(line).strip() for line in procedure.splitlines() if line.strip()]
+
+
 #: A line that restates one attempt's own values ("`total` should be 13970, got 14070", "`x` must be 42
 #: (this attempt: 40)") once its parenthesised samples are set aside.
 _INSTANCE_VALUE = re.compile(r"\b(?:should|must)\s+be\b[^.;\n]*\d|\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)

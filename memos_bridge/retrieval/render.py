@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from memos_bridge.core.text import clip, instance_specific
+from memos_bridge.core.text import clip, instance_specific, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
 CLOSE_TAG = "</relevant-memories>"
@@ -201,15 +201,12 @@ def _lines(label: str, values: list[str] | str) -> list[str]:
     return out
 
 
-_STEP_NUMBER = re.compile(r"^\s*\d+[.)]\s*")
-
-
 def transferable_steps(procedure: str) -> str:
     """A repair's numbered steps without the ones that restate the failed attempt's values ("`total` should be
     13970, got 14070"), renumbered: recalled for another task those numbers are wrong, and a small model copies
     them into its answer. The stored experience keeps every step (`memory.get` shows them); a procedure made only
     of such steps is shown whole, since it is all the lesson there is."""
-    steps = [_STEP_NUMBER.sub("", line).strip() for line in procedure.splitlines() if line.strip()]
+    steps = numbered_steps(procedure)
     kept = [step for step in steps if not instance_specific(step)]
     if not kept or len(kept) == len(steps):
         return procedure

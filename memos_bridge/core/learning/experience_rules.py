@@ -46,7 +46,7 @@ from memos_bridge.core.learning.experience_verifier import (
     verifier_lines,
 )
 from memos_bridge.core.learning.l2_induce import STOPWORDS, content_tokens, token_similarity
-from memos_bridge.core.text import clip, first_sentence, instance_specific, squash
+from memos_bridge.core.text import clip, first_sentence, instance_specific, numbered_steps, squash, unnumbered
 from memos_bridge.llm.prompts import FeedbackRefineOutput
 
 ExperienceType = Literal["success_pattern", "repair_validated", "failure_avoidance", "repair_instruction", "preference"]
@@ -345,8 +345,7 @@ def _remedy(sentence: str) -> list[str]:
 def general_first(lines: Iterable[str]) -> list[str]:
     """`lines` with the ones that carry over to another task before the ones that restate this attempt's
     values (stable otherwise): a repair's title and first steps should be its transferable part."""
-    listed = list(lines)
-    return sorted(listed, key=instance_specific)
+    return sorted(lines, key=instance_specific)
 
 
 _SHAPE_ORDER: Final[tuple[Shape, ...]] = (
@@ -533,7 +532,6 @@ _TITLE_PREFIX: Final[Mapping[str, str]] = {
     "preference": "Prefer",
 }
 _PREFIX_RE: Final = re.compile(r"^\s*(?:avoid|repair|success|prefer|fix|do)\s*(?:\([^)]*\))?\s*[:：]\s*", re.IGNORECASE)
-_NUMBERING: Final = re.compile(r"^\s*\d+[.)]\s*")
 _LEAD_AVOID: Final = re.compile(r"^\s*(?:do\s+not|don'?t|never|avoid)\s+", re.IGNORECASE)
 
 
@@ -740,7 +738,7 @@ def lesson_lines(
     """(do, avoid, check) lines of a stored experience, by type — how skills fold experiences into their
     Procedure / Avoid / Check sections: a failure avoidance's procedure lines are things to avoid, a repair
     instruction's are checks, a success's are steps."""
-    lines = [_NUMBERING.sub("", line).strip() for line in procedure.splitlines() if line.strip()]
+    lines = numbered_steps(procedure)
     if experience_type == "failure_avoidance":
         return list(preference), _unique([*lines, *anti_pattern]), []
     if experience_type == "repair_instruction":
@@ -830,9 +828,7 @@ def _stems(text: str) -> set[str]:
 def repair_adherence(repair_text: str, trigger: str, episode_text: str) -> float:
     """Share of a repair's distinctive words (its fix, minus the task words its trigger already has) that a
     later episode's text uses: whether that episode followed the same repair."""
-    fix = "\n".join(
-        line for line in repair_text.splitlines() if _NUMBERING.sub("", line) not in _CLOSING_CHECK.values()
-    )
+    fix = "\n".join(line for line in repair_text.splitlines() if unnumbered(line) not in _CLOSING_CHECK.values())
     distinctive = _stems(" ".join(specific_tokens(fix))) - _stems(trigger)
     if not distinctive:
         return 0.0

@@ -27,7 +27,6 @@ Vectors encode title + trigger + procedure and are pushed to the in-memory index
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
@@ -70,7 +69,7 @@ from memos_bridge.core.learning.l2_signature import call_failed
 from memos_bridge.core.learning.reward_stage import RewardReport
 from memos_bridge.core.mappers import policy_dto
 from memos_bridge.core.namespace import read_filter
-from memos_bridge.core.text import clip
+from memos_bridge.core.text import clip, numbered_steps
 from memos_bridge.ids import new_id
 from memos_bridge.llm.prompts import FEEDBACK_REFINE
 from memos_bridge.storage.database import Database
@@ -98,7 +97,6 @@ EVIDENCE_CAP: Final = 20
 #: over the bridge needs more).
 LLM_OP: Final = "feedback.refine"
 BUILDER: Final = "feedback.experience.v1"
-_NUMBERING: Final = re.compile(r"^\s*\d+[.)]\s*")
 
 
 @dataclass
@@ -582,7 +580,7 @@ def _merge(
     kind = merged_type(previous_type, draft.experience_type) or previous_type
     if previous_type == "failure_avoidance" and kind == "repair_instruction":
         guidance = dict(row.decision_guidance_json or {})
-        old = [_NUMBERING.sub("", line) for line in row.procedure.splitlines() if line.strip()]
+        old = numbered_steps(row.procedure)
         row.decision_guidance_json = {**guidance, "antiPattern": merge_lines(old, guidance.get("antiPattern") or [])}
         row.title, row.trigger, row.procedure = draft.title, draft.trigger, draft.procedure
         row.verification = draft.verification
