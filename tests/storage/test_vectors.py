@@ -248,3 +248,58 @@ def test_small_indexes_stay_exact() -> None:
     assert index.ivf_lists == 0
     query = rng.standard_normal(32).astype(np.float32)
     assert [int(item[1:]) for item, _ in index.search(query, 10)] == brute_force(matrix, query, 10)
+
+
+def test_every_row_stays_findable_through_updates_removals_and_inserts_after_training() -> None:
+    """The IVF layout groups rows by list; an update that changes a row's list, a removal that moves the last
+    row into a hole, and rows inserted after training (the tail) must all stay findable: a row queried with
+    its own vector is in its own (nearest) list, so it must come back first, exactly once."""
+    from memos_bridge.storage import vectors
+
+    rng = np.random.default_rng(21)
+    n, dim = vectors.IVF_MIN_ROWS + 2_000, 32
+    matrix = clustered_rows(rng, n, dim, topics=150)
+    index = VectorIndex(dim)
+    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    assert index.ivf_lists > 0
+    live = {f"v{i}": matrix[i] for i in range(n)}
+    for step in range(600):
+        choice = step % 3
+        if choice == 0:  # an update that moves the row to another region (usually another list)
+            item = f"v{int(rng.integers(0, n))}"
+            if item in live:
+                live[item] = clustered_rows(rng, 1, dim, topics=150)[0]
+                index.upsert(item, live[item], A)
+        elif choice == 1:  # a removal from anywhere: the last row moves into the hole
+            item = f"v{int(rng.integers(0, n))}"
+            if item in live:
+                del live[item]
+                assert index.remove(item)
+        else:  # a new row after training
+            item = f"new{step}"
+            live[item] = clustered_rows(rng, 1, dim, topics=150)[0]
+            index.upsert(item, live[item], A)
+    assert len(index) == len(live)
+    for item in [*rng.choice(sorted(live), size=300, replace=False), *[k for k in live if k.startswith("new")]]:
+        found = index.search(live[item], 5)
+        ids = [found_id for found_id, _ in found]
+        assert ids[0] == item and len(set(ids)) == len(ids), (item, found[:2])
+    for gone in {f"v{i}" for i in range(n)} - set(live):
+        assert gone not in {found_id for found_id, _ in index.search(matrix[int(gone[1:])], 5)}
+
+
+def test_many_misplaced_rows_trigger_a_regroup() -> None:
+    from memos_bridge.storage import vectors
+
+    rng = np.random.default_rng(22)
+    n, dim = vectors.IVF_MIN_ROWS + 100, 16
+    matrix = clustered_rows(rng, n, dim, topics=80)
+    index = VectorIndex(dim)
+    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    tail = vectors.IVF_REGROUP_MIN + n // vectors.IVF_REGROUP_SHARE + 1
+    fresh = clustered_rows(rng, tail, dim, topics=80)
+    for i, row in enumerate(fresh):
+        index.upsert(f"new{i}", row, A)
+    index.search(fresh[0], 1)  # the search sees a tail over the limit and regroups every row by list
+    assert index.search(fresh[0], 1)[0][0] == "new0"
+    assert index._sorted_n == len(index) and not index._misplaced  # the layout itself is what this checks
