@@ -81,16 +81,20 @@ def numbered_steps(procedure: str) -> list[str]:
     return [unnumbered(line).strip() for line in procedure.splitlines() if line.strip()]
 
 
-#: A line that restates one attempt's own values ("`total` should be 13970, got 14070", "`x` must be 42
-#: (this attempt: 40)") once its parenthesised samples are set aside.
-_INSTANCE_VALUE = re.compile(r"\b(?:should|must)\s+be\b[^.;\n]*\d|\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
+#: "`total` should be 13970, got 14070", "`x` must be 42 (this attempt: 40)": a wanted value and this attempt's.
+_ATTEMPT_VALUE = re.compile(r"\b(?:should|must)\s+be\b[^;\n]*?(?:,\s*got\b|\(this attempt\b)", re.IGNORECASE)
+#: "expected 12 rows, got 9" outside parentheses (inside them it is the sample of a general rule).
+_EXPECTED_GOT = re.compile(r"\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
 _PARENTHESISED = re.compile(r"\([^()]*\)")
 
 
 def instance_specific(line: str) -> bool:
-    """Whether `line` only restates one attempt's values: true of that task's data, not a lesson for the next
-    task (a small model copies such numbers into an unrelated answer)."""
-    return _INSTANCE_VALUE.search(_PARENTHESISED.sub(" ", line)) is not None
+    """Whether `line` only restates one attempt's values (the wanted one and the one it gave): true of that
+    task's data, not a lesson for the next task (a small model copies such numbers into an unrelated answer).
+    A rule that merely has a number ("round to 2 decimals") or a sample in parentheses is not."""
+    if _ATTEMPT_VALUE.search(line):
+        return True
+    return _EXPECTED_GOT.search(_PARENTHESISED.sub(" ", line)) is not None
 
 
 def has_cjk(text: str) -> bool:

@@ -201,8 +201,11 @@ _TEXT_MISMATCH: Final = re.compile(
 )
 #: "Do not X: Y" — an avoid sentence whose second half says what to do instead (the usual shape of review
 #: feedback: "Don't read dates month-first: the exports write them day-first").
+#: The colon must end a clause (followed by a space, or a full-width colon): "http://…" is not one.
 _REMEDY: Final = re.compile(
-    r"^[^:：]*?(?:\bdo\s+not|\bdon'?t|\bnever|\bavoid|不要|别再|切勿)[^:：]*[:：]\s*(?P<remedy>\S.*)$", re.IGNORECASE
+    r"^(?:[^:：]|:(?!\s))*?(?:\bdo\s+not|\bdon'?t|\bnever|\bavoid|不要|别再|切勿)(?:[^:：]|:(?!\s))*(?::\s+|：\s*)"
+    r"(?P<remedy>\S.*)$",
+    re.IGNORECASE,
 )
 #: A remedy that opens on a pronoun ("leave them out") means nothing without the first half: not a line alone.
 _LEADING_PRONOUN: Final = re.compile(r"^(?:\S+\s+){0,2}?(?:it|its|them|they|this|these|those|that)\b", re.IGNORECASE)

@@ -147,6 +147,12 @@ def test_the_do_instead_half_of_an_avoid_sentence_is_a_fix_line() -> None:
     assert not rules.classify("Do not count cancelled orders: leave them out of every total.").fix
     assert not rules.classify("Never round the totals: do not drop the cents.").fix
     assert not rules.classify(AVOID_SCHEMA).fix
+    # a colon inside a URL or a time ends no clause
+    assert not rules.classify("Never fetch http://example.com/rates.csv without a timeout.").fix
+    assert rules.classify("Do not fetch http://example.com/rates.csv: read the local fx_rates.csv copy.").fix == (
+        "Read the local fx_rates.csv copy.",
+    )
+    assert rules.classify("不要按月份优先读日期：导出文件的日期是日在前").fix == ("导出文件的日期是日在前",)
 
 
 def test_a_repair_leads_with_what_carries_over_not_with_this_attempts_values() -> None:
@@ -158,6 +164,9 @@ def test_a_repair_leads_with_what_carries_over_not_with_this_attempts_values() -
     assert instance_specific("`holdings.cusip` in answers.json must be 11133T103 (this attempt: 98956P102).")
     assert not instance_specific("Report `v` in thousands: divide by 1,000 (expected 1, got 1000).")
     assert not instance_specific("The total should be in USD.")
+    assert not instance_specific("Amounts must be rounded to 2 decimals.")
+    assert instance_specific('`monthly_revenue_usd` should be {"2024-01": 42.0}, got {"2024-01": 100.0}.')
+    assert instance_specific("Expected 12 rows but got 9.")
     feedback = rules.FeedbackFacts(id="fb_1", ts=0, polarity="negative", magnitude=1.0, explicit=True, text=text)
     episode = rules.EpisodeFacts(episode_id="ep_1", task=TASK, reply="Wrote answers.json.")
     assessment = rules.assess(feedback, episode)
