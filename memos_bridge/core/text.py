@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 _WS = re.compile(r"\s+")
@@ -79,6 +80,11 @@ def unnumbered(line: str) -> str:
 def numbered_steps(procedure: str) -> list[str]:
     """The steps of a numbered procedure ("1. …\n2. …"), numbers and blank lines dropped."""
     return [unnumbered(line).strip() for line in procedure.splitlines() if line.strip()]
+
+
+def numbered(steps: Sequence[str]) -> str:
+    """`steps` as a numbered procedure ("1. …\n2. …"), the inverse of `numbered_steps`."""
+    return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
 
 
 #: "`total` should be 13970, got 14070", "`x` must be 42 (this attempt: 40)": a wanted value and this attempt's.

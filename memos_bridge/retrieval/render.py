@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from memos_bridge.core.text import clip, instance_specific, numbered_steps
+from memos_bridge.core.text import clip, instance_specific, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
 CLOSE_TAG = "</relevant-memories>"
@@ -210,7 +210,7 @@ def transferable_steps(procedure: str) -> str:
     kept = [step for step in steps if not instance_specific(step)]
     if not kept or len(kept) == len(steps):
         return procedure
-    return "\n".join(f"{i}. {step}" for i, step in enumerate(kept, 1))
+    return numbered(kept)
 
 
 def experience_body(exp: ExperienceSnippet) -> str:

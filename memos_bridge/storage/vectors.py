@@ -323,12 +323,15 @@ class VectorIndex:
         self._sorted_n = n
         self._misplaced.clear()
 
+    def _slot_lists(self, positions: NDArray[np.intp]) -> NDArray[np.intp]:
+        """The list whose slice each grouped position lies in (not necessarily its row's own list)."""
+        return np.searchsorted(self._list_starts, positions, side="right") - 1
+
     def _note_placement(self, pos: int) -> None:
         """Record whether grouped position `pos` now holds a row of another list than its slice's."""
         if pos >= self._sorted_n:
             return
-        block = int(np.searchsorted(self._list_starts, pos, side="right")) - 1
-        if int(self._cluster[pos]) == block:
+        if int(self._cluster[pos]) == int(self._slot_lists(np.asarray([pos]))[0]):
             self._misplaced.discard(pos)
         else:
             self._misplaced.add(pos)
@@ -357,8 +360,7 @@ class VectorIndex:
         extra = np.arange(grouped, n, dtype=np.intp)
         if self._misplaced:
             moved = np.fromiter(self._misplaced, dtype=np.intp, count=len(self._misplaced))
-            blocks = np.searchsorted(self._list_starts, moved, side="right") - 1
-            extra = np.concatenate([moved[~np.isin(blocks, nearest)], extra])
+            extra = np.concatenate([moved[~np.isin(self._slot_lists(moved), nearest)], extra])
         extra = extra[np.isin(self._cluster[extra], nearest)]
         if extra.size:
             positions.append(extra)

@@ -212,14 +212,20 @@ def clustered_rows(rng: np.random.Generator, n: int, dim: int, topics: int) -> N
     return unit
 
 
+def loaded(matrix: NDArray[np.float32]) -> VectorIndex:
+    """An index holding `matrix` row i as "v{i}" (owner A), loaded as from the database (trained when large)."""
+    index = VectorIndex(matrix.shape[1])
+    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    return index
+
+
 def test_large_indexes_probe_a_coarse_quantizer_with_high_recall() -> None:
     from memos_bridge.storage import vectors
 
     rng = np.random.default_rng(11)
     n, dim = vectors.IVF_MIN_ROWS + 5_000, 64
     matrix = clustered_rows(rng, n, dim, topics=200)
-    index = VectorIndex(dim)
-    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    index = loaded(matrix)
     assert index.ivf_lists == int(np.sqrt(n))
     recalls = []
     for query in clustered_rows(rng, 40, dim, topics=200):
@@ -259,8 +265,7 @@ def test_every_row_stays_findable_through_updates_removals_and_inserts_after_tra
     rng = np.random.default_rng(21)
     n, dim = vectors.IVF_MIN_ROWS + 2_000, 32
     matrix = clustered_rows(rng, n, dim, topics=150)
-    index = VectorIndex(dim)
-    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    index = loaded(matrix)
     assert index.ivf_lists > 0
     live = {f"v{i}": matrix[i] for i in range(n)}
     for step in range(600):
@@ -294,8 +299,7 @@ def test_many_misplaced_rows_trigger_a_regroup() -> None:
     rng = np.random.default_rng(22)
     n, dim = vectors.IVF_MIN_ROWS + 100, 16
     matrix = clustered_rows(rng, n, dim, topics=80)
-    index = VectorIndex(dim)
-    index.load((f"v{i}", row, A) for i, row in enumerate(matrix))
+    index = loaded(matrix)
     tail = vectors.IVF_REGROUP_MIN + n // vectors.IVF_REGROUP_SHARE + 1
     fresh = clustered_rows(rng, tail, dim, topics=80)
     for i, row in enumerate(fresh):

@@ -46,7 +46,15 @@ from memos_bridge.core.learning.experience_verifier import (
     verifier_lines,
 )
 from memos_bridge.core.learning.l2_induce import STOPWORDS, content_tokens, token_similarity
-from memos_bridge.core.text import clip, first_sentence, instance_specific, numbered_steps, squash, unnumbered
+from memos_bridge.core.text import (
+    clip,
+    first_sentence,
+    instance_specific,
+    numbered,
+    numbered_steps,
+    squash,
+    unnumbered,
+)
 from memos_bridge.llm.prompts import FeedbackRefineOutput
 
 ExperienceType = Literal["success_pattern", "repair_validated", "failure_avoidance", "repair_instruction", "preference"]
@@ -342,7 +350,7 @@ def _remedy(sentence: str) -> list[str]:
     remedy = found.group("remedy").strip()
     if _AVOID.search(remedy) or _LEADING_PRONOUN.match(remedy) or len(specific_tokens(remedy)) < 2:
         return []
-    return [remedy[:1].upper() + remedy[1:]]
+    return [_capitalised(remedy)]
 
 
 def general_first(lines: Iterable[str]) -> list[str]:
@@ -598,10 +606,6 @@ def _capitalised(line: str) -> str:
     return line[:1].upper() + line[1:]
 
 
-def _numbered(lines: Sequence[str]) -> str:
-    return "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
-
-
 def draft_experience(
     feedback: FeedbackFacts,
     episode: EpisodeFacts,
@@ -628,14 +632,14 @@ def draft_experience(
         steps = list(episode.steps[:MAX_STEPS])
         if not steps and episode.reply:
             steps = [clip(first_sentence(episode.reply), STEP_CHARS)]
-        procedure = _numbered(_unique([*what[:2], *steps]))
+        procedure = numbered(_unique([*what[:2], *steps]))
         title = titled(kind, what[0] if what else episode.task, tags)
         preference: list[str] = []
         anti = avoid_lines
     elif kind == "repair_instruction":
         # the feedback's own words before the diff, and what carries over to the next task before this one's values
         fixes = general_first(_unique([*c.fix, *c.prefer, *v_fix]))[:MAX_LINES]
-        procedure = _numbered([*fixes, _CLOSING_CHECK[verifier is not None]])
+        procedure = numbered([*fixes, _CLOSING_CHECK[verifier is not None]])
         title = titled(kind, fixes[0] if fixes else c.avoid[0] if c.avoid else episode.task, tags)
         preference, anti = [], avoid_lines
     elif kind == "failure_avoidance":
