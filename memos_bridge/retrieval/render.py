@@ -17,6 +17,7 @@ token budget into characters at 4 characters per token).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -213,6 +214,13 @@ def transferable_steps(procedure: str) -> str:
     return numbered(kept)
 
 
+def transferable_lines(lines: Sequence[str]) -> list[str]:
+    """A repair's Avoid or Prefer lines without the instance-specific ones (`transferable_steps`' rule), unless
+    nothing else would be left."""
+    kept = [line for line in lines if not instance_specific(line)]
+    return kept or list(lines)
+
+
 def experience_body(exp: ExperienceSnippet) -> str:
     """Do/Avoid/Check/Scope by experience type; failure avoidance never reads as a recipe that worked."""
     kind = exp.experience_type
@@ -225,8 +233,8 @@ def experience_body(exp: ExperienceSnippet) -> str:
         lines += _lines("Avoid:", exp.anti_pattern)
     elif kind in ("repair_instruction", "verifier_feedback"):
         lines += _lines("Fix:", transferable_steps(exp.procedure))
-        lines += _lines("Avoid:", exp.anti_pattern)
-        lines += _lines("Prefer:", exp.preference)
+        lines += _lines("Avoid:", transferable_lines(exp.anti_pattern))
+        lines += _lines("Prefer:", transferable_lines(exp.preference))
     else:
         lines += _lines("Do:", exp.procedure)
         lines += _lines("Avoid:", exp.anti_pattern)

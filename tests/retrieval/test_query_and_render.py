@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from memos_bridge.retrieval.query import keyword_query
 from memos_bridge.retrieval.render import RenderInput, RenderOptions, TraceSnippet, escape_markers, render_block
 
@@ -100,3 +102,12 @@ def test_a_recalled_repair_shows_its_transferable_steps_not_the_failed_attempts_
     # a repair that is nothing but the attempt's values is all the lesson there is: shown whole
     only_values = "1. `total_shares` should be 129600, got 182600."
     assert transferable_steps(only_values) == only_values
+    # Avoid and Prefer lines that name another task's output fields stay out too, unless they are all there is
+    merged = replace(
+        exp,
+        anti_pattern=["`revenue_by_region_usd` is missing from answers.json.", "Do not count cancelled orders."],
+        preference=["Use the fields the task asks for in answers.json: revenue_by_region_usd."],
+    )
+    body = experience_body(merged)
+    assert "revenue_by_region_usd" in body  # the Prefer line is the only one: kept
+    assert "Avoid: Do not count cancelled orders." in body and "is missing from" not in body

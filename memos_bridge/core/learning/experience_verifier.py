@@ -183,10 +183,25 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+#: A key that reads as a field name (`total_value`, `topRegion`), as opposed to data used as a key
+#: ("2024-01", "North", "Gadget").
+_FIELD_NAME = re.compile(r"^[a-z_][A-Za-z0-9_]*$")
+
+
+def _keyed_by_data(expected: Mapping[Any, Any], actual: Mapping[Any, Any]) -> bool:
+    """Whether two nested objects that differ in their keys are maps from data to values (a month to its
+    revenue, a region to its total) rather than objects with misnamed fields: a differing key that is no field
+    name. Their keys are part of the value, so "missing `revenue.2024-01`" would be a wrong schema lesson."""
+    differing = set(map(str, expected)) ^ set(map(str, actual))
+    return bool(differing) and any(not _FIELD_NAME.match(key) for key in differing)
+
+
 def diff_values(expected: Any, actual: Any, path: str = "", depth: int = 0) -> list[Mismatch]:
     """Typed mismatches between an expected and an actual answer (fields of list rows keep their name)."""
     out: list[Mismatch] = []
-    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping) and path and _keyed_by_data(expected, actual):
+        out.append(Mismatch("value", path, expected, actual))
+    elif isinstance(expected, Mapping) and isinstance(actual, Mapping):
         for key, value in expected.items():
             name = _join(path, str(key))
             if key not in actual:

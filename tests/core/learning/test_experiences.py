@@ -177,6 +177,38 @@ def test_a_repair_leads_with_what_carries_over_not_with_this_attempts_values() -
     assert steps[0].startswith("1. When two rows rank equal") and "should be 13970" in steps[1]
 
 
+def test_lines_that_name_one_tasks_output_fields_are_instance_specific() -> None:
+    assert instance_specific("`revenue_by_region_usd` is missing from answers.json.")
+    assert instance_specific("Use the fields the task asks for in answers.json: revenue_by_region_usd.")
+    assert instance_specific("Remove the fields the task did not ask for: best_selling_quantity.")
+    assert instance_specific("Do not write fields the task did not ask for (monthly_revenue_usd.2024-03).")
+    # the lesson about field names in general carries over
+    assert not instance_specific("Use exactly the field names the task specifies (issuer, shares, ...).")
+    assert not instance_specific("Do not copy XML element names such as nameOfIssuer into answers.json.")
+
+
+def test_a_map_keyed_by_data_is_one_wrong_value_not_missing_fields() -> None:
+    """A month-to-revenue map with the wrong months is a wrong value: "use the fields monthly_revenue_usd.2024-01"
+    was a schema lesson a 1.5B agent then copied as a key into the next task's answer."""
+    from memos_bridge.core.learning.experience_verifier import diff_values
+
+    months = diff_values(
+        {"monthly_revenue_usd": {"2024-01": 40.0}, "total": 40.0},
+        {"monthly_revenue_usd": {"2024-05": 20.0, "2024-09": 60.0}, "total": 80.0},
+    )
+    assert [(m.kind, m.field) for m in months] == [("value", "monthly_revenue_usd"), ("value", "total")]
+    nested = diff_values({"units": {"2024-03": {"Widget": 4}}}, {"units": {"Widget": {"2024-03": 4}}})
+    assert [(m.kind, m.field) for m in nested] == [("value", "units")]
+    # misnamed fields of an object or of list rows stay a schema fault
+    renamed = diff_values({"summary": {"total": 1}}, {"summary": {"sum": 1}})
+    assert [(m.kind, m.field) for m in renamed] == [("missing", "summary.total"), ("unexpected", "summary.sum")]
+    rows = diff_values({"rows": [{"issuer": "A"}]}, {"rows": [{"nameOfIssuer": "A"}]})
+    assert {m.kind for m in rows} == {"missing", "unexpected"}
+    # same keys: compared key by key as before
+    same = diff_values({"by_region": {"North": 27.0, "South": 40.0}}, {"by_region": {"North": 27.0, "South": 90.0}})
+    assert [(m.kind, m.field) for m in same] == [("value", "by_region.South")]
+
+
 def test_configured_world_domains_extend_the_experience_tags() -> None:
     tls = DomainSpec(label="TLS", patterns=[r"\bTLS\b", r"certificates?"])
     nport = DomainSpec(label="SEC filings", patterns=[r"\bN-?PORT\b"])
@@ -651,6 +683,18 @@ async def test_the_refinement_deadline_is_configurable(core_factory: Any, config
     ]
     assert len(refine_calls) == 1
     assert limit - 1_000 < refine_calls[0]["timeout_ms"] <= limit
+
+
+async def test_refinement_switched_off_keeps_the_rule_draft_and_asks_nothing(core_factory: Any) -> None:
+    """`learning.refine_use_llm = false`: the LLM still serves the other stages, this one uses its rules."""
+    provider = scripted(REFINED)
+    core = with_stage(await core_factory(llm=LLMFacade([provider]), learning={"refine_use_llm": False}))
+    episode, _, _ = await run_task(core, "se_q", 1_000_000)
+    await submit(core, episode, "negative", 1.0, rationale=AVOID_SCHEMA, raw=verifier(passed=0, total=4))
+    [exp] = await experiences(core)
+    assert exp.title.startswith("Avoid (sec13f): reuse the previous task's answers.json schema")
+    assert not any("Turn that feedback into ONE experience" in messages[0].content for messages in provider.calls)
+    assert "feedback.refine" not in core.llm.stats()["ops"]
 
 
 @pytest.mark.parametrize(
