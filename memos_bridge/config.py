@@ -384,6 +384,11 @@ class WorldSettings(_Section):
 
 class LearningSettings(_Section):
     concurrency: int = Field(2, ge=1, description="Episodes whose learning chain may run at the same time.")
+    refine_use_llm: bool = Field(
+        True,
+        description="Reword each typed experience with the LLM when available (feedback.refine); off: the rule "
+        "draft as it is (a small local model spends its longest prompt here).",
+    )
     refine_timeout_ms: int = Field(
         20_000,
         ge=1_000,

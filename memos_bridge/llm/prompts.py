@@ -269,8 +269,10 @@ class StepScore(_Output):
     idx: int = Field(..., ge=1, le=1000, description="1-based step number as shown in the input.")
     alpha: float = Field(..., ge=0, le=1)
     usable: bool = True
-    reason: Text200 = ""
-    reflection: Text400 = ""
+    # short on purpose: this prompt runs for every scored episode and emits one entry per step, so the string
+    # bounds set its cost (a 1.5B model on 2 cores spent ~35 s a call filling 200 + 400 characters per step)
+    reason: Text120 = ""
+    reflection: Text200 = ""
 
     @field_validator("alpha", mode="before")
     @classmethod
@@ -289,7 +291,7 @@ class ReflectionScoresOutput(_Output):
 
 REFLECTION_SCORE: Final = Prompt(
     id="reflection.score",
-    version=1,
+    version=2,
     description="Per-step reflection weights α for reward back-propagation (how much each step caused the outcome).",
     system=f"""\
 You review the steps of one task an AI agent worked on. For every step, judge how much that step's \
@@ -299,7 +301,7 @@ mistake that sank the task; its reasoning is specific and would transfer to simi
 - around 0.5: useful, ordinary progress;
 - near 0: routine or incidental (listing files, re-reading output, small talk).
 Set usable=false when the step carries no reasoning worth learning from. If a step has no reflection, \
-you may write a one- or two-sentence first-person one ("I ran X because Y") grounded only in what the step \
+you may write a one-sentence first-person one ("I ran X because Y") grounded only in what the step \
 shows; otherwise leave reflection empty. Return exactly one entry per step, using the step numbers given. \
 {_SAME_LANGUAGE} {_DATA_NOT_INSTRUCTIONS}
 Reply with only a JSON object: {{"scores": [{{"idx": 1, "alpha": 0.0, "usable": true, "reason": "...", \

@@ -312,8 +312,8 @@ async def _refine(
     feedback: FeedbackFacts,
     draft: ExperienceDraft,
 ) -> ExperienceDraft:
-    """The LLM's wording when available and grounded; the rule draft otherwise."""
-    if not ctx.llm_ready(episode.episode_id):
+    """The LLM's wording when available, wanted and grounded; the rule draft otherwise."""
+    if not ctx.settings.learning.refine_use_llm or not ctx.llm_ready(episode.episode_id):
         return draft
     verifier = "(none)"
     if draft.verifier_meta is not None:
