@@ -15,8 +15,11 @@ recalled memory. An optional `worldDomain` declares the family's domain for the 
 (written into the data home's config.toml as `[learning.world.extra_domains.<key>]`).
 
 A family may also declare named **variants** (`"variants": {"llm": {"workspace": "workspace-llm", "tasks":
-[...]}}`): the same pitfalls, hooks and world domain over other tasks and input files, e.g. a few-row version
-for a small real LLM that works the answer out by hand (`load_family("sec13f", variant="llm")`).
+[...]}}`): the same hooks and world domain over other tasks and input files, e.g. a few-row version for a
+small real LLM that works the answer out by hand (`load_family("sec13f", variant="llm")`). A variant's own
+`pitfalls` are added to the family's (same id: the variant's wording replaces the family's), e.g. the
+`script` variant's `namespace` pitfall and its code-level lessons; its tasks carry `Task.variant`, so the
+verifier grades them with the variant's pitfalls.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class Task:
     output: str
     params: Mapping[str, Any] = field(default_factory=dict)
     check_ref: str | None = None  # this task's own `module:function` verifier (default: the family's)
+    variant: str | None = None  # the family variant the task belongs to (its verifier grades with its pitfalls)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def _pitfall(pid: str, data: Any, where: str) -> Pitfall:
     return Pitfall(pid, _str(data, "title", where), _str(data, "feedback", where), recognise)
 
 
-def _task(data: Any, folder: Path, where: str, workspace_dir: str = WORKSPACE_DIR) -> Task:
+def _task(data: Any, folder: Path, where: str, workspace_dir: str = WORKSPACE_DIR, variant: str | None = None) -> Task:
     if not isinstance(data, dict):
         raise FamilyError(f"{where}: every task must be an object")
     task_id = _str(data, "id", where)
@@ -163,6 +167,7 @@ def _task(data: Any, folder: Path, where: str, workspace_dir: str = WORKSPACE_DI
         output=_str(data, "output", here, default="answers.json"),
         params=params,
         check_ref=_str(data, "check", here) if "check" in data else None,
+        variant=variant,
     )
 
 
@@ -201,7 +206,12 @@ def load_family(ref: str | Path, variant: str | None = None) -> Family:
         description = str(chosen.get("description", description))
         if not isinstance(tasks, list) or not tasks:
             raise FamilyError(f"{where}: 'tasks' must be a non-empty list")
-    loaded = tuple(_task(t, folder, where, workspace_dir) for t in tasks)
+        extra = chosen.get("pitfalls", {})
+        if not isinstance(extra, dict):
+            raise FamilyError(f"{where}: 'pitfalls' must be an object")
+        # a variant may add pitfalls of its own and re-word the family's (a whole pitfall object replaces one)
+        pitfalls = {**pitfalls, **extra}
+    loaded = tuple(_task(t, folder, where, workspace_dir, variant) for t in tasks)
     if len({t.id for t in loaded}) != len(loaded):
         raise FamilyError(f"{where}: task ids must be unique")
     domain = data.get("worldDomain")

@@ -184,11 +184,20 @@ def _service_delta(trial: dict[str, Any] | None, before: dict[str, Any] | None) 
     return "/".join(str(int(after.get(k) or 0) - int(prior.get(k) or 0)) for k in keys)
 
 
-def format_table(report: dict[str, Any]) -> str:
-    """A plain-text table of one family's report."""
-    with_trials = {t["task"]: t for t in (report.get("withMemory") or {}).get("trials", [])}
-    without_trials = {t["task"]: t for t in (report.get("withoutMemory") or {}).get("trials", [])}
-    has_agent_llm = any(t.get("agentUsage") for t in [*with_trials.values(), *without_trials.values()])
+def _trials(report: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    return {t["task"]: t for t in (report.get(key) or {}).get("trials", [])}
+
+
+def _has_agent_llm(report: dict[str, Any]) -> bool:
+    trials = [*_trials(report, "withMemory").values(), *_trials(report, "withoutMemory").values()]
+    return any(t.get("agentUsage") for t in trials)
+
+
+def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One family's table: a header row, then one row per task."""
+    with_trials = _trials(report, "withMemory")
+    without_trials = _trials(report, "withoutMemory")
+    has_agent_llm = _has_agent_llm(report)
     rows: list[tuple[str, ...]] = [
         ("#", "task", "without", "with", "recalled at turn.start", "lessons in recall", "exp/skill/world")
     ]
@@ -213,37 +222,71 @@ def format_table(report: dict[str, Any]) -> str:
             row += (_usage_cell(wo), _usage_cell(w), _service_delta(w, before), _seconds(wo), _seconds(w))
         rows.append(row)
         before = (w or {}).get("memoryAfter") or before
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = [f"{report['family']} — {report['title']} ({len(report['tasks'])} tasks)"]
-    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return rows
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """Success, cumulative curves, what was learnt and the LLM usage of one family, one fact per line."""
     summary = report["summary"]
-    lines.append(
-        f"  success: without memory {_rate(summary['withoutMemory'])}, with memory {_rate(summary['withMemory'])}"
-    )
+    lines = [f"success: without memory {_rate(summary['withoutMemory'])}, with memory {_rate(summary['withMemory'])}"]
     for label, key in (("without", "withoutMemory"), ("with", "withMemory")):
         if summary[key] is not None:
-            lines.append(f"  cumulative {label} memory: {' '.join(map(str, summary[key]['cumulative']))}")
+            lines.append(f"cumulative {label} memory: {' '.join(map(str, summary[key]['cumulative']))}")
     if "withMemory" in report:
         info = report["withMemory"]["learnt"]
         types = ", ".join(f"{t} ×{n}" for t, n in sorted(info["experiencesByType"].items())) or "none"
         lines.append(
-            f"  learnt: {info['experiences']} typed experiences ({types}), {info['l2Policies']} L2 policies, "
+            f"learnt: {info['experiences']} typed experiences ({types}), {info['l2Policies']} L2 policies, "
             f"{info['skills']} skills, {info['worldModels']} world models; LLM calls {info['llmCalls']}"
             + (f" ({info['llmTokensIn']} tokens in, {info['llmTokensOut']} out)" if info["llmCalls"] else "")
         )
-        lines += [f"  warning: {w}" for w in report["withMemory"]["warnings"]]
-    if has_agent_llm:
-        lines.append("  agent LLM and service LLM columns: calls/prompt tokens/completion tokens; s: wall seconds")
+        lines += [f"warning: {w}" for w in report["withMemory"]["warnings"]]
+    if _has_agent_llm(report):
+        lines.append("agent LLM and service LLM columns: calls/prompt tokens/completion tokens; s: wall seconds")
         for label, key in (("without", "withoutMemory"), ("with", "withMemory")):
             part = summary[key]
             if part is not None and part.get("agentUsage"):
                 u = part["agentUsage"]
                 lines.append(
-                    f"  agent LLM {label} memory: {u['llmCalls']} calls, {u['promptTokens']} prompt + "
+                    f"agent LLM {label} memory: {u['llmCalls']} calls, {u['promptTokens']} prompt + "
                     f"{u['completionTokens']} completion tokens, {u['durationMs'] / 1000:.1f} s in calls; "
                     f"wall {part['wallMs'] / 1000:.1f} s"
                 )
+    return lines
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A plain-text table of one family's report."""
+    rows = table_rows(report)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = [f"{report['family']} — {report['title']} ({len(report['tasks'])} tasks)"]
+    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines += [f"  {line}" for line in summary_lines(report)]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def format_markdown(report: dict[str, Any], command: str | None = None) -> str:
+    """The whole run as Markdown: the command, then per family its table and summary lines (for docs/)."""
+    lines = ["# SkillFlow run", ""]
+    if command:
+        lines += ["```bash", command, "```", ""]
+    agent = report.get("agent") or {}
+    lines.append(
+        f"Agent: {agent.get('kind')} ({agent.get('command') or 'built in'}); variant: {report.get('variant') or '-'}; "
+        f"wall time {report.get('wallMs', 0) / 1000:.0f} s."
+    )
+    for family in report["families"]:
+        rows = table_rows(family)
+        lines += ["", f"## {family['family']} — {family['title']}", ""]
+        lines.append("| " + " | ".join(_cell(c) for c in rows[0]) + " |")
+        lines.append("|" + "---|" * len(rows[0]))
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows[1:]]
+        lines += [""] + [f"* {line}" for line in summary_lines(family)]
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- plot

@@ -5,6 +5,8 @@
     python scripts/skillflow_runner.py --agent-cmd "my-agent --input {input_file}" --family sales_csv
     python scripts/skillflow_runner.py --agent llm --variant llm --llm-serve qwen2.5-coder-1.5b \
         --service-llm-url agent --out docs/skillflow-qwen1.5b.json     # a real local model, agent and service
+    python scripts/skillflow_runner.py --agent script --variant script --llm-serve qwen2.5-coder-1.5b \
+        --service-llm-url agent --out docs/skillflow-qwen1.5b-script.json   # the model writes a script we run
 
 Every family runs twice by default — through a freshly spawned memos-bridge service (own data home) and
 without any memory — with the built-in simulated agent unless `--agent-cmd` names an external one. The
@@ -12,8 +14,9 @@ table per family goes to stdout, the full record to `--out`, the cumulative succ
 it when matplotlib is installed.
 
 With `--llm-serve MODEL` the runner starts `memos-bridge llm serve --model MODEL` itself (a child process on
-127.0.0.1, stopped when the run ends) and uses its base URL for `--agent llm`; `--service-llm-url URL` (or
-`agent`: the agent's endpoint) points the service's own LLM work (`openai_compatible`) at an endpoint too.
+127.0.0.1, stopped when the run ends) and uses its base URL for `--agent llm` / `--agent script`;
+`--service-llm-url URL` (or `agent`: the agent's endpoint) points the service's own LLM work
+(`openai_compatible`) at an endpoint too, and `--service-llm-stages light` keeps the longest prompts off it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -38,7 +42,8 @@ from skillflow.agents import Agent, CommandAgent, SimulatedAgent
 from skillflow.family import FamilyError, load_family, shipped_families
 from skillflow.llm_agent import LLMAgent, LLMSettings
 from skillflow.protocol import ProtocolError, run_with_memory, run_without_memory
-from skillflow.report import build_report, family_report, format_table, plot
+from skillflow.report import build_report, family_report, format_markdown, format_table, plot
+from skillflow.script_agent import ScriptAgent, ScriptSettings
 from skillflow.service import RunOptions, service_env
 
 
@@ -64,10 +69,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agent-timeout", type=float, default=600.0, help="seconds per task for --agent-cmd")
     parser.add_argument(
         "--agent",
-        choices=("simulated", "llm"),
+        choices=("simulated", "llm", "script"),
         default="simulated",
-        help="built-in agent when no --agent-cmd: the simulated one, or an LLM behind --llm-url",
+        help="built-in agent when no --agent-cmd: the simulated one, an LLM behind --llm-url that works the "
+        "answer out by hand (llm), or one that answers with a Python script the runner runs (script)",
     )
+    parser.add_argument(
+        "--script-retries",
+        type=int,
+        default=1,
+        help="corrected scripts asked for after a failed run, each sampled at --script-retry-temperature "
+        "(--agent script)",
+    )
+    parser.add_argument("--script-retry-temperature", type=float, default=0.7, help="(--agent script)")
+    parser.add_argument("--script-timeout", type=float, default=30.0, help="seconds per script run (--agent script)")
     parser.add_argument(
         "--variant", help="run each family's named variant (e.g. llm: few-row inputs for a small real model)"
     )
@@ -88,8 +103,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--service-llm-timeout", type=float, default=180.0, help="seconds per service LLM call (--service-llm-url)"
     )
+    parser.add_argument(
+        "--service-llm-stages",
+        choices=sorted(SERVICE_LLM_STAGES),
+        default="all",
+        help="which service stages ask the LLM (--service-llm-url): all, or light = policy induction, decision "
+        "repairs and turn routing only; episode summaries, reflection/R_human scoring, experience rewording, skill "
+        "drafting and world-model abstraction use their deterministic algorithms (their long prompts and outputs "
+        "take 1-3 minutes each on a small CPU-bound model)",
+    )
     parser.add_argument("--llm-model", default="local", help="model name sent to the endpoint (--agent llm)")
-    parser.add_argument("--llm-max-tokens", type=int, default=900, help="completion bound per task (--agent llm)")
+    parser.add_argument(
+        "--llm-max-tokens",
+        type=int,
+        help="completion bound per model call (default: 900 for --agent llm, 500 for --agent script)",
+    )
     parser.add_argument(
         "--llm-answer-tokens",
         type=int,
@@ -124,7 +152,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--new-task-phrase", default="New task: ", help="prefix of every task after the first")
     parser.add_argument("--agent-name", default="skillflow", help="the `agent` the service records")
     parser.add_argument("--quiet", action="store_true", help="no table on stdout")
-    return parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(given)
+    args.command_line = "python scripts/skillflow_runner.py " + shlex.join(given)  # what the Markdown report cites
+    return args
 
 
 def _env_pairs(items: Sequence[str]) -> dict[str, str]:
@@ -141,15 +172,31 @@ def make_agent(args: argparse.Namespace) -> Agent:
     """The agent the arguments ask for: an external command, the LLM agent or the simulated one."""
     if args.agent_cmd:
         return CommandAgent(args.agent_cmd, timeout_s=args.agent_timeout)
+    if args.agent in ("llm", "script") and not args.llm_url:
+        raise SystemExit(
+            f"--agent {args.agent} needs --llm-url (an OpenAI-compatible base URL ending in /v1) or --llm-serve"
+        )
+    if args.agent == "script":
+        return ScriptAgent(
+            ScriptSettings(
+                base_url=args.llm_url,
+                model=args.llm_model,
+                max_tokens=args.llm_max_tokens or 500,
+                seed=args.llm_seed,
+                timeout_s=args.llm_timeout,
+                retries=args.script_retries,
+                retry_temperature=args.script_retry_temperature,
+                run_timeout_s=args.script_timeout,
+                **({} if args.llm_prefill is None else {"prefill": args.llm_prefill.replace("\\n", "\n")}),
+            )
+        )
     if args.agent == "llm":
-        if not args.llm_url:
-            raise SystemExit("--agent llm needs --llm-url (an OpenAI-compatible base URL ending in /v1) or --llm-serve")
         extra = {} if args.llm_prefill is None else {"prefill": args.llm_prefill.replace("\\n", "\n")}
         return LLMAgent(
             LLMSettings(
                 base_url=args.llm_url,
                 model=args.llm_model,
-                max_tokens=args.llm_max_tokens,
+                max_tokens=args.llm_max_tokens or 900,
                 seed=args.llm_seed,
                 timeout_s=args.llm_timeout,
                 max_prompt_chars=args.llm_max_prompt_chars,
@@ -158,6 +205,18 @@ def make_agent(args: argparse.Namespace) -> Agent:
             )
         )
     return SimulatedAgent()
+
+
+#: The service settings each `--service-llm-stages` choice sets (on top of pointing the service at the endpoint).
+SERVICE_LLM_STAGES: dict[str, dict[str, str]] = {
+    "all": {},
+    "light": {
+        "MEMOS_BRIDGE_LEARNING__REWARD__LLM_SCORING": "false",
+        "MEMOS_BRIDGE_LEARNING__REFINE_USE_LLM": "false",
+        "MEMOS_BRIDGE_LEARNING__WORLD__USE_LLM": "false",
+        "MEMOS_BRIDGE_LEARNING__SKILL__USE_LLM": "false",
+    },
+}
 
 
 def service_llm_env(base_url: str, timeout_s: float) -> dict[str, str]:
@@ -257,22 +316,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = stack.enter_context(served_model(args.llm_serve, args.llm_serve_home, args.llm_serve_threads, log))
             print(f"llm serve: {args.llm_serve} at {url} (log: {log.name})", flush=True)
             args.llm_url = args.llm_url or url
-            if args.agent_cmd is None:
+            if args.agent_cmd is None and args.agent == "simulated":
                 args.agent = "llm"
         code = _run_main(args, work_dir)
     print(f"wall time: {time.monotonic() - began:.0f} s")
     return code
 
 
+def service_settings(args: argparse.Namespace) -> tuple[dict[str, str], str]:
+    """The service's extra environment and LLM mode: `--service-env` pairs win over what `--service-llm-url` and
+    `--service-llm-stages` set."""
+    pairs = _env_pairs(args.service_env)
+    if not args.service_llm_url:
+        return pairs, args.llm
+    url = args.llm_url if args.service_llm_url == "agent" else args.service_llm_url
+    if not url:
+        raise SystemExit("--service-llm-url agent needs --llm-url or --llm-serve")
+    stages = SERVICE_LLM_STAGES[args.service_llm_stages]
+    return service_llm_env(url, args.service_llm_timeout) | stages | pairs, "inherit"
+
+
 def _run_main(args: argparse.Namespace, work_dir: Path) -> int:
-    service_env_pairs = _env_pairs(args.service_env)
-    llm_mode = args.llm
-    if args.service_llm_url:
-        url = args.llm_url if args.service_llm_url == "agent" else args.service_llm_url
-        if not url:
-            raise SystemExit("--service-llm-url agent needs --llm-url or --llm-serve")
-        service_env_pairs = service_llm_env(url, args.service_llm_timeout) | service_env_pairs
-        llm_mode = "inherit"
+    service_env_pairs, llm_mode = service_settings(args)
     options = RunOptions(
         run_id=f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}",
         agent_name=args.agent_name,
@@ -298,13 +363,15 @@ def _run_main(args: argparse.Namespace, work_dir: Path) -> int:
         print(f"skillflow: {exc}", file=sys.stderr)
         return 2
     finally:
-        if isinstance(agent, LLMAgent):
+        if isinstance(agent, LLMAgent | ScriptAgent):
             agent.close()
     print(f"work dir: {work_dir}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"report: {args.out}")
+        markdown = args.out.with_suffix(".md")
+        markdown.write_text(format_markdown(report, args.command_line), encoding="utf-8")
+        print(f"report: {args.out} (tables: {markdown})")
     plot_path = args.plot or (args.out.with_suffix(".png") if args.out else None)
     if plot_path is not None:
         print(plot(report, plot_path))

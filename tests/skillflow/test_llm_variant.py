@@ -36,7 +36,7 @@ def _grade(family: Family, task: Task, workspace: Path, answer: Any) -> CheckRes
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_variant_keeps_the_family_and_swaps_tasks_and_inputs(name: str) -> None:
     base, small = load_family(name), load_family(name, variant="llm")
-    assert base.variants == small.variants == ("llm",) and base.variant is None and small.variant == "llm"
+    assert base.variants == small.variants == ("llm", "script") and base.variant is None and small.variant == "llm"
     assert small.name == base.name and small.pitfalls == base.pitfalls and small.check_ref == base.check_ref
     assert small.workspace_dir == "workspace-llm" and base.workspace_dir == "workspace"
     assert 4 <= len(small.tasks) <= 6
@@ -104,7 +104,7 @@ def test_the_simulated_agent_still_runs_the_variant(tmp_path: Path) -> None:
 
 
 def test_an_unknown_variant_is_refused_with_the_declared_ones() -> None:
-    with pytest.raises(FamilyError, match=r"no variant 'huge' \(declared: llm\)"):
+    with pytest.raises(FamilyError, match=r"no variant 'huge' \(declared: llm, script\)"):
         load_family("sec13f", variant="huge")
 
 
@@ -120,3 +120,24 @@ def test_the_runner_points_the_service_at_the_agents_endpoint() -> None:
         "MEMOS_BRIDGE_LLM__FALLBACK_TO_HOST": "false",
         "MEMOS_BRIDGE_LLM__TIMEOUT_MS": "90000",
     }
+
+
+def test_light_service_stages_switch_the_long_prompts_to_their_algorithms(tmp_path: Path) -> None:
+    from skillflow.runner import parse_args, service_settings
+
+    from memos_bridge.config import load_settings
+
+    base = ["--agent", "script", "--llm-url", "http://127.0.0.1:9/v1", "--service-llm-url", "agent"]
+    env, mode = service_settings(parse_args(base))
+    assert mode == "inherit" and "MEMOS_BRIDGE_LEARNING__REFINE_USE_LLM" not in env
+    env, _ = service_settings(
+        parse_args(
+            [*base, "--service-llm-stages", "light", "--service-env", "MEMOS_BRIDGE_LEARNING__WORLD__USE_LLM=true"]
+        )
+    )
+    settings = load_settings(home=tmp_path, env=env)
+    assert settings.llm.provider == "openai_compatible" and settings.llm.base_url == "http://127.0.0.1:9/v1"
+    assert not settings.learning.reward.llm_scoring and not settings.learning.refine_use_llm
+    assert settings.learning.world.use_llm  # an explicit --service-env pair wins
+    assert not settings.learning.skill.use_llm
+    assert settings.learning.l2.use_llm and settings.learning.repair.use_llm  # induction and repairs still ask

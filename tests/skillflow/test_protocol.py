@@ -188,6 +188,10 @@ def test_the_cli_writes_the_report_and_prints_the_table(tmp_path: Path, capsys: 
     assert family["summary"]["withMemory"] is None and family["summary"]["withoutMemory"]["cumulative"] == [0] * 5
     assert f"plot: {out.with_suffix('.png')}" in printed  # matplotlib is a dev dependency: the plot is drawn
     assert out.with_suffix(".png").read_bytes().startswith(PNG_SIGNATURE)
+    markdown = out.with_suffix(".md").read_text()
+    assert markdown.startswith("# SkillFlow run\n\n```bash\npython scripts/skillflow_runner.py --family sec13f --mode")
+    assert "## sec13f — SEC 13F holdings" in markdown and "| 1 | security-values | FAIL" in markdown
+    assert "* success: without memory 0/5 (0%), with memory not run" in markdown
     assert runner.main(["--family", "nope", "--mode", "without", "--work-dir", str(tmp_path)]) == 2
 
 

@@ -41,9 +41,13 @@ class Ledger:
 
     def __init__(self, task: Task, workspace: Path, mistakes: frozenset[str]) -> None:
         self.mistakes = mistakes
-        self.rates = {
-            (r["month"], r["currency"]): Decimal(r["usd_per_unit"]) for r in read_rows(workspace / "fx_rates.csv")
-        }
+        rates_file = workspace / "fx_rates.csv"
+        # the `script` variant's exports are all in US dollars and come without a rates file
+        self.rates = (
+            {(r["month"], r["currency"]): Decimal(r["usd_per_unit"]) for r in read_rows(rates_file)}
+            if rates_file.is_file()
+            else {}
+        )
         rows = [r for name in task.params["sales"] for r in read_rows(workspace / name)]
         self.rows = rows if "cancelled" in mistakes else [r for r in rows if r["status"] != "cancelled"]
 
@@ -56,6 +60,8 @@ class Ledger:
     def usd(self, row: Row) -> Decimal:
         amount = Decimal(row["quantity"]) * Decimal(row["unit_price"])
         if "fx" in self.mistakes:
+            return amount
+        if not self.rates and row["currency"] == "USD":
             return amount
         rate = self.rates.get((self.month(row), row["currency"]))
         if rate is None:
@@ -131,13 +137,13 @@ def reference(task: Task, workspace: Path, mistakes: frozenset[str] = frozenset(
     return KINDS[task.params["kind"]](Ledger(task, workspace, mistakes))
 
 
-def _pitfalls() -> Mapping[str, Pitfall]:
-    return load_family(FAMILY_DIR).pitfalls
+def _pitfalls(variant: str | None = None) -> Mapping[str, Pitfall]:
+    return load_family(FAMILY_DIR, variant=variant).pitfalls
 
 
 def check(task: Task, workspace: Path) -> CheckResult:
     """Grade `workspace/answers.json` against the reference, diagnosing the family's pitfalls."""
-    pitfalls = _pitfalls()
+    pitfalls = _pitfalls(task.variant)
     actual, error = read_output(workspace, task.output)
     variants = variants_of(lambda mistakes: reference(task, workspace, mistakes), pitfalls)
     return grade(task, reference(task, workspace), actual, pitfalls=pitfalls, variants=variants, read_error=error)

@@ -129,9 +129,39 @@ def llm_files() -> dict[str, str]:
     return out
 
 
+# The `script` variant, for a model that answers with a Python script: US dollars only (no rates file), every
+# day 12 or less, so a month-first parse gives a wrong month silently instead of failing, and a cancelled order
+# in each export.
+SCRIPT_WORKSPACE = Path(__file__).resolve().parent / "workspace-script"
+SCRIPT_ORDERS = {
+    "sales_jan.csv": [
+        ("SO-1001", "05/01/2024", "completed", "South", "Cedar Retail", "Gizmo", 2, "10.00", "USD"),
+        ("SO-1002", "09/01/2024", "cancelled", "North", "Elm Street Foods", "Gadget", 3, "20.00", "USD"),
+        ("SO-1003", "11/01/2024", "completed", "East", "Birchwood GmbH", "Widget", 4, "5.00", "USD"),
+    ],
+    "sales_mar.csv": [
+        ("SO-2001", "11/03/2024", "completed", "West", "Dunmore Ltd", "Gadget", 2, "15.00", "USD"),
+        ("SO-2002", "04/03/2024", "cancelled", "South", "Harbor Supply", "Gizmo", 5, "10.00", "USD"),
+        ("SO-2003", "07/03/2024", "completed", "South", "Harbor Supply", "Widget", 4, "10.00", "USD"),
+        ("SO-2004", "02/03/2024", "completed", "North", "Alder & Co", "Gizmo", 2, "13.50", "USD"),
+    ],
+}
+
+
+def script_files() -> dict[str, str]:
+    return {
+        name: "\n".join([HEADER, *(",".join(str(v) for v in order) for order in orders)]) + "\n"
+        for name, orders in SCRIPT_ORDERS.items()
+    }
+
+
 def _outputs() -> dict[Path, str]:
-    """Every generated file by its path: the family's workspace and the `llm` variant's."""
-    return {WORKSPACE / n: t for n, t in files().items()} | {LLM_WORKSPACE / n: t for n, t in llm_files().items()}
+    """Every generated file by its path: the family's workspace and the `llm` and `script` variants'."""
+    return (
+        {WORKSPACE / n: t for n, t in files().items()}
+        | {LLM_WORKSPACE / n: t for n, t in llm_files().items()}
+        | {SCRIPT_WORKSPACE / n: t for n, t in script_files().items()}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

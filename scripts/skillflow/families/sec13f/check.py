@@ -3,8 +3,9 @@
 The reference parses every infoTable row (namespace-aware), aggregates by CUSIP, keeps `value` as filed (in
 thousands of USD) and orders ranked rows by their value descending with ties broken by CUSIP ascending. For
 diagnosis it can also produce the answer with the family's pitfalls made (`units`: value × 1000, `schema`:
-XML element names as field names, `order`: ties broken by issuer name), so the feedback can name the
-mistake (see `skillflow.verify`).
+XML element names as field names, `order`: ties broken by issuer name, and in the `script` variant
+`namespace`: no rows found, the lookups ignoring the filing's default XML namespace), so the feedback can name
+the mistake (see `skillflow.verify`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def positions(path: Path) -> dict[str, Position]:
     return out
 
 
+def _held(path: Path, mistakes: frozenset[str]) -> dict[str, Position]:
+    """The filing's positions as an agent reads them: none at all when it looks its elements up without the
+    filing's default XML namespace (`namespace`: `findall('.//infoTable')` matches nothing)."""
+    return {} if "namespace" in mistakes else positions(path)
+
+
 def _ranked(rows: list[dict[str, Any]], key: str, mistakes: frozenset[str]) -> list[dict[str, Any]]:
     tie = "issuer" if "order" in mistakes else "cusip"
     return sorted(rows, key=lambda r: (-r[key], r[tie], r["cusip"]))
@@ -75,7 +82,7 @@ def _present(answer: Mapping[str, Any], mistakes: frozenset[str]) -> dict[str, A
 
 
 def _security_values(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str, Any]:
-    held = positions(ws / task.params["filing"])
+    held = _held(ws / task.params["filing"], mistakes)
     rows = [
         {"cusip": p.cusip, "issuer": p.issuer, "value": p.value} for p in sorted(held.values(), key=lambda p: p.cusip)
     ]
@@ -83,20 +90,20 @@ def _security_values(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str
 
 
 def _top_securities(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str, Any]:
-    held = positions(ws / task.params["filing"])
+    held = _held(ws / task.params["filing"], mistakes)
     rows = [{"cusip": p.cusip, "issuer": p.issuer, "value": p.value} for p in held.values()]
     top = _ranked(rows, "value", mistakes)[: int(task.params.get("top", 5))]
     return {"top_securities": top, "top_total_value": sum(r["value"] for r in top)}
 
 
 def _share_totals(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str, Any]:
-    held = [p for p in positions(ws / task.params["filing"]).values() if p.shares > 0]
+    held = [p for p in _held(ws / task.params["filing"], mistakes).values() if p.shares > 0]
     rows = [{"cusip": p.cusip, "issuer": p.issuer, "shares": p.shares} for p in held]
     return {"holdings": _ranked(rows, "shares", mistakes), "total_shares": sum(p.shares for p in held)}
 
 
 def _quarter_change(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str, Any]:
-    before, after = positions(ws / task.params["before"]), positions(ws / task.params["after"])
+    before, after = _held(ws / task.params["before"], mistakes), _held(ws / task.params["after"], mistakes)
     rows = [
         {
             "cusip": c,
@@ -112,7 +119,7 @@ def _quarter_change(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str,
 
 
 def _position_moves(task: Task, ws: Path, mistakes: frozenset[str]) -> dict[str, Any]:
-    before, after = positions(ws / task.params["before"]), positions(ws / task.params["after"])
+    before, after = _held(ws / task.params["before"], mistakes), _held(ws / task.params["after"], mistakes)
     new = [{"cusip": p.cusip, "issuer": p.issuer, "value": p.value} for c, p in after.items() if c not in before]
     gone = [{"cusip": p.cusip, "issuer": p.issuer, "value": p.value} for c, p in before.items() if c not in after]
     return {"new_positions": _ranked(new, "value", mistakes), "exited_positions": _ranked(gone, "value", mistakes)}
@@ -132,13 +139,13 @@ def reference(task: Task, workspace: Path, mistakes: frozenset[str] = frozenset(
     return _present(KINDS[task.params["kind"]](task, workspace, mistakes), mistakes)
 
 
-def _pitfalls() -> Mapping[str, Pitfall]:
-    return load_family(FAMILY_DIR).pitfalls
+def _pitfalls(variant: str | None = None) -> Mapping[str, Pitfall]:
+    return load_family(FAMILY_DIR, variant=variant).pitfalls
 
 
 def check(task: Task, workspace: Path) -> CheckResult:
-    """Grade `workspace/answers.json` against the reference, diagnosing the family's pitfalls."""
-    pitfalls = _pitfalls()
+    """Grade `workspace/answers.json` against the reference, diagnosing the pitfalls of the task's variant."""
+    pitfalls = _pitfalls(task.variant)
     actual, error = read_output(workspace, task.output)
     variants = variants_of(lambda mistakes: reference(task, workspace, mistakes), pitfalls)
     return grade(task, reference(task, workspace), actual, pitfalls=pitfalls, variants=variants, read_error=error)

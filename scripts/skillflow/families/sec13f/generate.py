@@ -70,6 +70,18 @@ LLM_HOLDINGS: list[LlmHolding] = [
 ]
 
 
+# The `script` variant, for a model that answers with a Python script: the same layout and default namespace,
+# in no particular order and with no ties, so the namespace is the one thing a script must know beyond the task.
+SCRIPT_WORKSPACE = Path(__file__).resolve().parent / "workspace-script"
+SCRIPT_HOLDINGS: list[LlmHolding] = [
+    ("CONTOSO LTD", "21036P10", (9_150, 61_200), (9_870, 61_200)),
+    ("ADVENTURE WORKS CORP", "98956P10", (4_820, 30_200), None),
+    ("ZENITH ANALYTICS INC", "11133T10", (5_310, 27_400), (4_990, 27_400)),
+    ("MARGIES TRAVEL INC", "38259P10", (1_200, 8_000), (1_750, 11_000)),
+    ("FABRIKAM INC", "30303M10", None, (2_600, 13_000)),
+]
+
+
 def cusip_check_digit(base: str) -> str:
     """The ninth character of a CUSIP (modulus 10, double-add-double)."""
     total = 0
@@ -125,10 +137,10 @@ def render(quarter: int) -> str:
     )
 
 
-def render_llm(quarter: int) -> str:
-    """The `llm` variant's information table of one quarter: one short infoTable row per holding."""
+def render_llm(quarter: int, holdings: list[LlmHolding] = LLM_HOLDINGS) -> str:
+    """A variant's information table of one quarter: one short infoTable row per holding."""
     rows: list[str] = []
-    for name, base, q1, q2 in LLM_HOLDINGS:
+    for name, base, q1, q2 in holdings:
         position = q1 if quarter == 1 else q2
         if position is None:
             continue
@@ -155,9 +167,17 @@ def llm_files() -> dict[str, str]:
     return {"filing_q1.xml": render_llm(1), "filing_q2.xml": render_llm(2)}
 
 
+def script_files() -> dict[str, str]:
+    return {f"filing_q{q}.xml": render_llm(q, SCRIPT_HOLDINGS) for q in (1, 2)}
+
+
 def _outputs() -> dict[Path, str]:
-    """Every generated file by its path: the family's workspace and the `llm` variant's."""
-    return {WORKSPACE / n: t for n, t in files().items()} | {LLM_WORKSPACE / n: t for n, t in llm_files().items()}
+    """Every generated file by its path: the family's workspace and the `llm` and `script` variants'."""
+    return (
+        {WORKSPACE / n: t for n, t in files().items()}
+        | {LLM_WORKSPACE / n: t for n, t in llm_files().items()}
+        | {SCRIPT_WORKSPACE / n: t for n, t in script_files().items()}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
