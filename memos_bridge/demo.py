@@ -47,6 +47,19 @@ def _turn_end_payload(session_id: str, episode_id: str, ts: int) -> dict[str, An
     }
 
 
+def _of_task(client: ServiceClient, hit: dict[str, Any], trace_ids: list[str], episode_id: str) -> bool:
+    """Whether a recalled memory comes from the first task: one of its steps, its roll-up, or an experience
+    whose sources are its steps or its episode."""
+    if hit["refId"] in trace_ids or hit["refId"] == episode_id:
+        return True
+    if hit["refKind"] != "experience":
+        return False
+    policy = client.call("memory.get_policy", {"id": hit["refId"]}) or {}
+    return bool(set(policy.get("sourceTraceIds", [])) & set(trace_ids)) or episode_id in policy.get(
+        "sourceEpisodeIds", []
+    )
+
+
 def run_demo(home: str | None) -> int:
     temp = None if home else tempfile.TemporaryDirectory(prefix="memos-bridge-demo-")
     data_home = Path(home) if home else Path(temp.name)  # type: ignore[union-attr]
@@ -87,8 +100,9 @@ def run_demo(home: str | None) -> int:
         )
         print("\ninjected context:\n")
         print(recall["injectedContext"] or "(nothing)")
-        # recalled either as single steps or as the whole past task (a roll-up of its steps)
-        ok = any(hit["refId"] in end["traceIds"] or hit["refId"] == episode for hit in recall["hits"])
+        # recalled as single steps, as the whole past task (a roll-up of its steps) or as an experience
+        # distilled from those steps (which then stands for them: the steps themselves are not injected again)
+        ok = any(_of_task(client, hit, end["traceIds"], episode) for hit in recall["hits"])
         print(f"\nrecall of task 1 in task 2: {'yes' if ok else 'NO'}")
         return 0 if ok else 1
     finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -233,6 +233,8 @@ class _Loaded:
     candidates: list[Candidate]
     steps: dict[str, list[Any]]
     guidance: list[Any]
+    # the steps each candidate experience, and each candidate skill's source policy, was distilled from
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -552,6 +554,7 @@ class Retriever:
             )
             picked = outcome.kept
             stats.llm_filter = outcome.source
+        picked = _without_distilled_steps(picked, loaded.sources)
         stats.returned = len(picked)
         hits = [self._hit(c, rrf_k) for c in picked]
         data = self._render_input(picked)
@@ -643,7 +646,14 @@ class Retriever:
         candidates = self._identifier_gate(candidates, keywords)
         steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
         trace_ids = [c.ref_id for c in candidates if c.kind == "trace"]
-        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner))
+        distilled = [c.ref_id for c in candidates if c.kind == "experience"] + [
+            policy_id
+            for c in candidates
+            if isinstance(c.payload, SkillSnippet)
+            for policy_id in c.payload.source_policy_ids
+        ]
+        sources = hotpath.policy_source_traces(db, distilled) if trace_ids and distilled else {}
+        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner), sources)
 
     def _hydrate_sync(
         self,
@@ -892,6 +902,22 @@ class Retriever:
             elif isinstance(payload, WorldSnippet):
                 data.worlds.append(payload)
         return data
+
+
+def _without_distilled_steps(picked: list[Candidate], sources: dict[str, list[str]]) -> list[Candidate]:
+    """Drop the recalled steps that a recalled experience or skill was distilled from: the lesson stands for
+    them, and the raw steps of another task (its script, its answer's numbers and field names) are what a
+    small model copies instead of doing this task (measured with a 1.5B agent, docs/skillflow-qwen1.5b.md)."""
+    covered: set[str] = set()
+    for cand in picked:
+        if cand.kind == "experience":
+            covered.update(sources.get(cand.ref_id, ()))
+        elif isinstance(cand.payload, SkillSnippet):
+            for policy_id in cand.payload.source_policy_ids:
+                covered.update(sources.get(policy_id, ()))
+    if not covered:
+        return picked
+    return [c for c in picked if not (c.kind == "trace" and c.ref_id in covered)]
 
 
 def bm25_scores(found: list[tuple[str, float]]) -> list[tuple[str, float]]:

@@ -8,7 +8,8 @@ worked", and a repair instruction that no success has confirmed yet says so.
 
 Provenance de-duplication happens here too: an experience that a recalled skill was built from is
 dropped (the skill already carries it), unless the experience changed after the skill was built, in
-which case only its guidance is shown, as an update to that skill.
+which case only its guidance is shown, as an update to that skill. (The steps a recalled experience or
+skill was distilled from are dropped before rendering, in `retrieval/engine.py`.)
 
 Budgets are characters per snippet and in total (`RetrievalSettings.char_budget` turns an approximate
 token budget into characters at 4 characters per token).

@@ -157,6 +157,23 @@ def episode_steps(db: Session, episode_ids: Sequence[str]) -> dict[str, list[Row
     return {episode: [rows[i] for i in order if i in rows] for episode, order in orders.items()}
 
 
+_POLICY_TRACE_IDS = (
+    text("SELECT id, source_trace_ids_json FROM policies WHERE id IN :ids")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(POLICIES.c.id._copy(), POLICIES.c.source_trace_ids_json._copy())
+)
+
+
+def policy_source_traces(db: Session, policy_ids: Sequence[str]) -> dict[str, list[str]]:
+    """The steps each policy or typed experience was distilled from (its `source_trace_ids`)."""
+    if not policy_ids:
+        return {}
+    return {
+        row.id: list(row.source_trace_ids_json or [])
+        for row in db.execute(_POLICY_TRACE_IDS, {"ids": list(policy_ids)})
+    }
+
+
 # ------------------------------------------------------------------------------------------ channels
 
 

@@ -238,6 +238,48 @@ async def test_provenance_drops_experiences_a_recalled_skill_was_built_from(core
     assert "validate the XML namespace first" not in update  # the skill already carries it
 
 
+async def test_steps_a_recalled_experience_or_skill_was_distilled_from_are_not_injected(core_factory: Any) -> None:
+    """The lesson stands for its raw steps: recalled next to it, another task's script and answer are what a
+    small model copies. Steps that nothing recalled was distilled from still come back."""
+    from memos_bridge.storage.models import PolicyRow as Policy
+
+    core = await core_factory()
+    source = await capture(core, "se_a", "parse the SEC 13F infoTable holdings", "Parsed 312 infoTable rows with lxml.")
+    other = await capture(core, "se_b", "parse the SEC 13F infoTable for Q2", "Parsed the Q2 infoTable rows too.")
+    experience = await add_policy(
+        core,
+        "Parse 13F infoTable rows with the XML namespace",
+        kind="repair_instruction",
+        trigger="SEC 13F infoTable parsing",
+        procedure="strip the informationtable namespace after parsing",
+    )
+
+    def link(db: Any) -> None:
+        db.query(Policy).filter_by(id=experience).one().source_trace_ids_json = list(source.trace_ids)
+
+    await core.db.write(link)
+    result = await start(core, "parse the SEC 13F infoTable holdings XML")
+    recalled = [h.ref_id for h in result.hits]
+    assert experience in recalled
+    assert not set(source.trace_ids) & set(recalled)  # distilled into the experience: left out
+    assert set(other.trace_ids) & set(recalled)  # no recalled memory stands for these
+    assert "Parsed 312 infoTable rows" not in result.injected_context
+
+    # a skill stands for the steps of the policies it was built from
+    core2 = await core_factory()
+    steps = await capture(core2, "se_a", "parse the SEC 13F infoTable holdings", "Parsed 312 infoTable rows with lxml.")
+    policy = await add_policy(core2, "Parse 13F infoTable", trigger="13F", procedure="namespace", status="candidate")
+
+    def link2(db: Any) -> None:
+        db.query(Policy).filter_by(id=policy).one().source_trace_ids_json = list(steps.trace_ids)
+
+    await core2.db.write(link2)
+    await add_skill(core2, "parse_13f_infotable", "Parse SEC 13F infoTable holdings XML.", sources=[policy])
+    result = await start(core2, "parse the SEC 13F infoTable holdings XML")
+    assert "skill" in [h.ref_kind for h in result.hits]
+    assert not set(steps.trace_ids) & {h.ref_id for h in result.hits}
+
+
 async def test_low_reliability_skills_and_archived_rows_are_not_recalled(core_factory: Any) -> None:
     core = await core_factory()
     await add_skill(core, "flaky_deploy", "Deploy the kubernetes cluster with helm.", eta=0.05)
