@@ -88,7 +88,9 @@ def numbered(steps: Sequence[str]) -> str:
 
 
 #: "`total` should be 13970, got 14070", "`x` must be 42 (this attempt: 40)": a wanted value and this attempt's.
-_ATTEMPT_VALUE = re.compile(r"\b(?:should|must)\s+be\b[^;\n]*?(?:,\s*got\b|\(this attempt\b)", re.IGNORECASE)
+_ATTEMPT_VALUE = re.compile(
+    r"\b(?:should|must)\s+be\b[^;\n]*?(?:,\s*got\b|\(this attempt\b)|\(this attempt had\b", re.IGNORECASE
+)
 #: "expected 12 rows, got 9" outside parentheses (inside them it is the sample of a general rule).
 _EXPECTED_GOT = re.compile(r"\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
 _PARENTHESISED = re.compile(r"\([^()]*\)")

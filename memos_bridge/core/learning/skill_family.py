@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from memos_bridge.config import SkillSettings
 from memos_bridge.core.learning.l2_induce import normalised_key, token_similarity
-from memos_bridge.core.text import clip, squash
+from memos_bridge.core.text import clip, instance_specific, squash
 from memos_bridge.storage.owner import OwnerFilter
 
 #: Types that prove a procedure works (seed 000 table).
@@ -288,7 +288,8 @@ def avoid_lines(family: Family) -> list[str]:
         lines.extend(own or [exp.title])
     for exp in family.check:
         lines.extend(exp.anti_pattern)
-    return dedupe_lines(lines, MAX_AVOID)
+    # lines true of one task only (its output fields, its values) go last, so the cap drops them first
+    return dedupe_lines(sorted(lines, key=instance_specific), MAX_AVOID)
 
 
 def check_lines(family: Family) -> list[str]:

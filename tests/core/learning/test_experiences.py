@@ -182,6 +182,7 @@ def test_lines_that_name_one_tasks_output_fields_are_instance_specific() -> None
     assert instance_specific("Use the fields the task asks for in answers.json: revenue_by_region_usd.")
     assert instance_specific("Remove the fields the task did not ask for: best_selling_quantity.")
     assert instance_specific("Do not write fields the task did not ask for (monthly_revenue_usd.2024-03).")
+    assert instance_specific("Produce 2 entries for `top_securities` in answers.json (this attempt had 0): process")
     # the lesson about field names in general carries over
     assert not instance_specific("Use exactly the field names the task specifies (issuer, shares, ...).")
     assert not instance_specific("Do not copy XML element names such as nameOfIssuer into answers.json.")
