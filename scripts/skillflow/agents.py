@@ -83,8 +83,9 @@ class Agent(Protocol):
     def attempt(self, job: AgentInput) -> AgentResult: ...
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def _write_json(path: Path, value: Any) -> str:
@@ -108,7 +109,7 @@ class SimulatedAgent:
         for name, value in solution.outputs.items():
             text = _write_json(job.workspace / name, value)
             steps.append(
-                tool_call("write_file", {"path": name, "content": _clip(text, 300)}, f"wrote {len(text)} bytes")
+                tool_call("write_file", {"path": name, "content": clip(text, 300)}, f"wrote {len(text)} bytes")
             )
         return AgentResult(
             reply=solution.reply,
@@ -131,7 +132,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 
 def _file_head(path: Path) -> str:
     try:
-        return _clip(path.read_text(encoding="utf-8"), 300)
+        return clip(path.read_text(encoding="utf-8"), 300)
     except UnicodeDecodeError:
         return f"<{path.stat().st_size} bytes of binary data>"
 
@@ -205,13 +206,13 @@ class CommandAgent:
         steps = _steps_from_file(paths["steps_file"])
         if steps is None:
             error = None if code == 0 else ("timeout" if code is None else f"EXIT_{code}")
-            steps = [tool_call("run_command", {"command": command}, _clip(stdout, OUTPUT_CHARS), error=error)]
+            steps = [tool_call("run_command", {"command": command}, clip(stdout, OUTPUT_CHARS), error=error)]
             steps += [
                 tool_call("write_file", {"path": p, "content": _file_head(job.workspace / p)}, "written")
                 for p in changed
             ]
         return AgentResult(
-            reply=_clip(stdout.strip(), REPLY_CHARS) or "(the agent printed nothing)",
+            reply=clip(stdout.strip(), REPLY_CHARS) or "(the agent printed nothing)",
             steps=steps,
             notes={
                 "command": command,

@@ -34,7 +34,7 @@ from xml.etree import ElementTree
 
 import httpx
 
-from skillflow.agents import MEMORY_HEADER, OUTPUT_CHARS, REPLY_CHARS, AgentInput, AgentResult, tool_call
+from skillflow.agents import MEMORY_HEADER, OUTPUT_CHARS, REPLY_CHARS, AgentInput, AgentResult, clip, tool_call
 from skillflow.lessons import find_lessons
 
 SYSTEM_PROMPT = (
@@ -164,8 +164,32 @@ def render_file(name: str, text: str) -> str:
     )
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+def continue_chat(
+    client: httpx.Client,
+    messages: list[dict[str, str]],
+    prefix: str,
+    notes: dict[str, Any],
+    *,
+    model: str,
+    temperature: float,
+    seed: int,
+    max_tokens: int,
+) -> str:
+    """One `/chat/completions` call that continues `prefix` (sent as the assistant's unfinished reply when not
+    empty); the reply text as the server gave it. The call, its `usage` tokens and its finish reason are added
+    to `notes` (`llmCalls`, `promptTokens`, `completionTokens`, `finishReason`)."""
+    sent = [*messages, {"role": "assistant", "content": prefix}] if prefix else messages
+    body = {"model": model, "messages": sent, "temperature": temperature, "seed": seed, "max_tokens": max_tokens}
+    response = client.post("chat/completions", json=body)
+    response.raise_for_status()
+    data: dict[str, Any] = response.json()
+    notes["llmCalls"] += 1
+    choice = (data.get("choices") or [{}])[0]
+    usage = data.get("usage") or {}
+    notes["promptTokens"] += int(usage.get("prompt_tokens") or 0)
+    notes["completionTokens"] += int(usage.get("completion_tokens") or 0)
+    notes["finishReason"] = choice.get("finish_reason")
+    return str((choice.get("message") or {}).get("content") or "")
 
 
 @dataclass(frozen=True)
@@ -205,7 +229,7 @@ class LLMAgent:
         answer instructions: a small model follows what it read last, so the recalled lessons come right before
         it starts to answer."""
         # the memory block may take at most half the prompt; the files share what is left
-        injected = _clip(job.injected.strip(), self.settings.max_prompt_chars // 2)
+        injected = clip(job.injected.strip(), self.settings.max_prompt_chars // 2)
         memory = f"{MEMORY_HEADER}\n\n{injected}\n\n" if injected else ""
         head = f"Task:\n{job.user_text.strip()}\n\n"
         tail = (
@@ -223,22 +247,8 @@ class LLMAgent:
             text = render_file(path.name, path.read_text(encoding="utf-8", errors="replace"))
             header = f"File {path.name}:\n```\n"
             room = max(0, per_file - len(header) - 6)
-            parts.append(f"{header}{_clip(text, room)}\n```\n\n")
+            parts.append(f"{header}{clip(text, room)}\n```\n\n")
         return head + "".join(parts) + memory + tail
-
-    def chat(self, messages: list[dict[str, str]], max_tokens: int | None = None) -> dict[str, Any]:
-        """One chat completion; the raw JSON response."""
-        body = {
-            "model": self.settings.model,
-            "messages": messages,
-            "temperature": self.settings.temperature,
-            "seed": self.settings.seed,
-            "max_tokens": max_tokens or self.settings.max_tokens,
-        }
-        response = self._client.post("chat/completions", json=body)
-        response.raise_for_status()
-        data: dict[str, Any] = response.json()
-        return data
 
     def _complete(self, messages: list[dict[str, str]], prefix: str, max_tokens: int, notes: dict[str, Any]) -> str:
         """`prefix` (sent as the assistant's unfinished reply, when not empty) plus the model's continuation.
@@ -246,15 +256,17 @@ class LLMAgent:
         llama.cpp's server returns the prefix with the continuation; a server that does not is given it back.
         Usage and the finish reason are added to `notes`.
         """
-        sent = [*messages, {"role": "assistant", "content": prefix}] if prefix else messages
-        data = self.chat(sent, max_tokens)
-        notes["llmCalls"] += 1
-        choice = (data.get("choices") or [{}])[0]
-        content = str((choice.get("message") or {}).get("content") or "")
-        usage = data.get("usage") or {}
-        notes["promptTokens"] += int(usage.get("prompt_tokens") or 0)
-        notes["completionTokens"] += int(usage.get("completion_tokens") or 0)
-        notes["finishReason"] = choice.get("finish_reason")
+        settings = self.settings
+        content = continue_chat(
+            self._client,
+            messages,
+            prefix,
+            notes,
+            model=settings.model,
+            temperature=settings.temperature,
+            seed=settings.seed,
+            max_tokens=max_tokens or settings.max_tokens,
+        )
         if prefix and not content.startswith(prefix.strip()):
             # not echoed: a continuation goes on where the prefix stopped, a fresh block on a line of its own
             content = prefix + ("\n" if content.startswith("```") else "") + content
@@ -289,9 +301,9 @@ class LLMAgent:
             notes["error"] = f"timed out after {self.settings.timeout_s:g}s"
         except (httpx.HTTPError, ValueError) as exc:
             error = "LLM_ERROR"
-            notes["error"] = _clip(f"{type(exc).__name__}: {exc}", OUTPUT_CHARS)
+            notes["error"] = clip(f"{type(exc).__name__}: {exc}", OUTPUT_CHARS)
         notes["durationMs"] = int((time.monotonic() - started) * 1000)
-        steps = [tool_call("llm.chat", arguments, _clip(content, OUTPUT_CHARS) or notes.get("error"), error=error)]
+        steps = [tool_call("llm.chat", arguments, clip(content, OUTPUT_CHARS) or notes.get("error"), error=error)]
         notes["answerValid"] = False
         if error is None:
             try:
@@ -303,9 +315,9 @@ class LLMAgent:
                 (job.workspace / job.task.output).write_text(text, encoding="utf-8")
                 steps.append(
                     tool_call(
-                        "write_file", {"path": job.task.output, "content": _clip(text, 300)}, f"wrote {len(text)} bytes"
+                        "write_file", {"path": job.task.output, "content": clip(text, 300)}, f"wrote {len(text)} bytes"
                     )
                 )
                 notes["answerValid"] = True
-        reply = _clip(content.strip(), REPLY_CHARS) or f"(no answer: {notes.get('error', 'empty reply')})"
+        reply = clip(content.strip(), REPLY_CHARS) or f"(no answer: {notes.get('error', 'empty reply')})"
         return AgentResult(reply=reply, steps=steps, notes=notes)

@@ -176,32 +176,32 @@ def make_agent(args: argparse.Namespace) -> Agent:
         raise SystemExit(
             f"--agent {args.agent} needs --llm-url (an OpenAI-compatible base URL ending in /v1) or --llm-serve"
         )
+    # where the model is and how it decodes: the same flags for both LLM agents (each has its own token bound)
+    endpoint: dict[str, Any] = {
+        "base_url": args.llm_url,
+        "model": args.llm_model,
+        "seed": args.llm_seed,
+        "timeout_s": args.llm_timeout,
+    }
+    if args.llm_prefill is not None:
+        endpoint["prefill"] = args.llm_prefill.replace("\\n", "\n")
     if args.agent == "script":
         return ScriptAgent(
             ScriptSettings(
-                base_url=args.llm_url,
-                model=args.llm_model,
+                **endpoint,
                 max_tokens=args.llm_max_tokens or 500,
-                seed=args.llm_seed,
-                timeout_s=args.llm_timeout,
                 retries=args.script_retries,
                 retry_temperature=args.script_retry_temperature,
                 run_timeout_s=args.script_timeout,
-                **({} if args.llm_prefill is None else {"prefill": args.llm_prefill.replace("\\n", "\n")}),
             )
         )
     if args.agent == "llm":
-        extra = {} if args.llm_prefill is None else {"prefill": args.llm_prefill.replace("\\n", "\n")}
         return LLMAgent(
             LLMSettings(
-                base_url=args.llm_url,
-                model=args.llm_model,
+                **endpoint,
                 max_tokens=args.llm_max_tokens or 900,
-                seed=args.llm_seed,
-                timeout_s=args.llm_timeout,
                 max_prompt_chars=args.llm_max_prompt_chars,
                 answer_tokens=args.llm_answer_tokens,
-                **extra,
             )
         )
     return SimulatedAgent()

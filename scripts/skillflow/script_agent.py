@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from skillflow.agents import MEMORY_HEADER, OUTPUT_CHARS, REPLY_CHARS, AgentInput, AgentResult, tool_call
+from skillflow.agents import MEMORY_HEADER, OUTPUT_CHARS, REPLY_CHARS, AgentInput, AgentResult, clip, tool_call
 from skillflow.lessons import find_lessons
-from skillflow.llm_agent import fenced_blocks
+from skillflow.llm_agent import continue_chat, fenced_blocks
 
 SYSTEM_PROMPT = (
     "You write Python 3 scripts that solve data tasks. The script runs in the folder that holds the task's "
@@ -165,12 +165,8 @@ class ScriptAgent:
                 parts.append(f"File {name} (first lines):\n```\n{file_head(path)}\n```\n")
         injected = job.injected.strip()
         if injected:
-            clipped = (
-                injected
-                if len(injected) <= self.settings.max_memory_chars
-                else (injected[: self.settings.max_memory_chars - 1] + "…")
-            )
-            parts.append(f"{MEMORY_HEADER}\n\n{clipped}\n\n{MEMORY_USE}\n")
+            memory = clip(injected, self.settings.max_memory_chars)
+            parts.append(f"{MEMORY_HEADER}\n\n{memory}\n\n{MEMORY_USE}\n")
         parts.append(
             f"Write the Python script: it reads {', '.join(job.task.files)}, computes exactly what the task asks "
             f"and writes {job.task.output} with json.dump (one JSON object with exactly the fields the task names)."
@@ -179,23 +175,17 @@ class ScriptAgent:
 
     def _chat(self, messages: list[dict[str, str]], prefill: str, temperature: float, notes: dict[str, Any]) -> str:
         """One completion continuing `prefill`; the reply with the prefill in front."""
-        sent = [*messages, {"role": "assistant", "content": prefill}] if prefill else messages
-        body = {
-            "model": self.settings.model,
-            "messages": sent,
-            "temperature": temperature,
-            "seed": self.settings.seed,
-            "max_tokens": self.settings.max_tokens,
-        }
-        response = self._client.post("chat/completions", json=body)
-        response.raise_for_status()
-        data: dict[str, Any] = response.json()
-        notes["llmCalls"] += 1
-        usage = data.get("usage") or {}
-        notes["promptTokens"] += int(usage.get("prompt_tokens") or 0)
-        notes["completionTokens"] += int(usage.get("completion_tokens") or 0)
-        choice = (data.get("choices") or [{}])[0]
-        content = str((choice.get("message") or {}).get("content") or "")
+        settings = self.settings
+        content = continue_chat(
+            self._client,
+            messages,
+            prefill,
+            notes,
+            model=settings.model,
+            temperature=temperature,
+            seed=settings.seed,
+            max_tokens=settings.max_tokens,
+        )
         if prefill and not content.startswith(prefill.strip()):
             content = prefill + content  # llama.cpp echoes the prefill; a server that does not gets it back
         return content
@@ -228,7 +218,7 @@ class ScriptAgent:
                 steps.append(tool_call("llm.chat", {"attempt": attempt + 1}, notes["error"], error="timeout"))
                 break
             except (httpx.HTTPError, ValueError) as exc:
-                notes["error"] = f"{type(exc).__name__}: {exc}"[:OUTPUT_CHARS]
+                notes["error"] = clip(f"{type(exc).__name__}: {exc}", OUTPUT_CHARS)
                 steps.append(tool_call("llm.chat", {"attempt": attempt + 1}, notes["error"], error="LLM_ERROR"))
                 break
             script = extract_script(reply)
@@ -236,7 +226,7 @@ class ScriptAgent:
                 tool_call(
                     "llm.chat",
                     {"attempt": attempt + 1, "temperature": temperature},
-                    (script or reply)[:OUTPUT_CHARS],
+                    clip(script or reply, OUTPUT_CHARS),
                 )
             )
             if script is None:
@@ -270,5 +260,5 @@ class ScriptAgent:
             steps.append(tool_call("write_file", {"path": job.task.output, "content": text[:300]}, "written"))
         elif outcome is not None:
             notes["error"] = outcome.error
-        shown = reply.strip()[:REPLY_CHARS] or f"(no answer: {notes.get('error', 'empty reply')})"
+        shown = clip(reply.strip(), REPLY_CHARS) or f"(no answer: {notes.get('error', 'empty reply')})"
         return AgentResult(reply=shown, steps=steps, notes=notes)

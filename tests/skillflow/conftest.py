@@ -67,7 +67,7 @@ def fake_llm() -> Iterator[tuple[str, Script]]:
                 self.end_headers()
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
-                pass
+                return  # the client gave up first (the timeout tests): there is nobody to answer
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -80,3 +80,12 @@ def fake_llm() -> Iterator[tuple[str, Script]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def make_job(family: Any, tmp_path: Path, injected: str = "") -> Any:
+    """The AgentInput of the family's first task, in a fresh workspace under `tmp_path`."""
+    from skillflow.agents import AgentInput
+
+    task = family.tasks[0]
+    workspace = family.prepare_workspace(task, tmp_path / "ws")
+    return AgentInput(family, task, task.prompt, injected, workspace)

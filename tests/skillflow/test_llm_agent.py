@@ -25,18 +25,12 @@ from skillflow.llm_agent import (
 )
 from skillflow.report import agent_usage
 
-from .conftest import Script
+from .conftest import Script, make_job
 
 
 @pytest.fixture
 def family() -> Family:
     return load_family("sales_csv")
-
-
-def _job(family: Family, tmp_path: Path, injected: str = "") -> AgentInput:
-    task = family.tasks[0]
-    workspace = family.prepare_workspace(task, tmp_path / "ws")
-    return AgentInput(family, task, task.prompt, injected, workspace)
 
 
 def _run(url: str, job: AgentInput, **settings: Any) -> AgentResult:
@@ -77,7 +71,7 @@ def test_extract_answer_refuses_malformed_replies(text: str) -> None:
 def test_the_answer_is_written_and_usage_recorded(fake_llm: tuple[str, Script], family: Family, tmp_path: Path) -> None:
     url, script = fake_llm
     script.content = "Convert each row, then add.\n```json\n" + json.dumps(ANSWER) + "\n```"
-    job = _job(family, tmp_path, injected="Convert every order line to USD first.")
+    job = make_job(family, tmp_path, injected="Convert every order line to USD first.")
     result = _run(url, job)
     written = json.loads((job.workspace / job.task.output).read_text(encoding="utf-8"))
     assert written == ANSWER
@@ -111,7 +105,7 @@ def test_the_answer_is_written_and_usage_recorded(fake_llm: tuple[str, Script], 
 
 def test_without_memory_no_memory_block(fake_llm: tuple[str, Script], family: Family, tmp_path: Path) -> None:
     url, script = fake_llm
-    _run(url, _job(family, tmp_path))
+    _run(url, make_job(family, tmp_path))
     assert all(MEMORY_HEADER not in m["content"] for m in script.requests[0]["body"]["messages"])
 
 
@@ -122,7 +116,7 @@ def test_a_reply_without_an_answer_block_is_continued_once(
     reasoning = DEFAULT_PREFILL + " January: 10.50, February: 3.00, total 13.50."
     # llama.cpp returns the prefix with its continuation; the second reply echoes the whole prefix too
     script.replies = [reasoning, reasoning + "\n\n```json\n" + json.dumps(ANSWER) + "\n```"]
-    job = _job(family, tmp_path)
+    job = make_job(family, tmp_path)
     result = _run(url, job, answer_tokens=123)
     assert json.loads((job.workspace / job.task.output).read_text(encoding="utf-8")) == ANSWER
     assert result.notes["continued"] is True and result.notes["llmCalls"] == 2
@@ -146,7 +140,7 @@ def test_no_prefill_and_no_continuation_when_switched_off(
 ) -> None:
     url, script = fake_llm
     script.content = "I cannot tell."
-    job = _job(family, tmp_path)
+    job = make_job(family, tmp_path)
     result = _run(url, job, prefill="", answer_tokens=0)
     (request,) = script.requests
     assert [m["role"] for m in request["body"]["messages"]] == ["system", "user"]
@@ -162,7 +156,7 @@ def test_render_file_labels_csv_rows_and_leaves_other_files_alone() -> None:
 
 def test_the_prompt_stays_within_its_bound(fake_llm: tuple[str, Script], family: Family, tmp_path: Path) -> None:
     url, script = fake_llm
-    result = _run(url, _job(family, tmp_path), max_prompt_chars=2000)
+    result = _run(url, make_job(family, tmp_path), max_prompt_chars=2000)
     messages = script.requests[0]["body"]["messages"]
     assert sum(len(m["content"]) for m in messages) <= 2000
     assert result.notes["promptChars"] <= 2000
@@ -171,7 +165,7 @@ def test_the_prompt_stays_within_its_bound(fake_llm: tuple[str, Script], family:
 def test_a_malformed_answer_writes_nothing(fake_llm: tuple[str, Script], family: Family, tmp_path: Path) -> None:
     url, script = fake_llm
     script.content = 'The total is 13.5 USD.\n```json\n{"total_revenue_usd": 13.5,\n```'
-    job = _job(family, tmp_path)
+    job = make_job(family, tmp_path)
     result = _run(url, job)
     assert not (job.workspace / job.task.output).exists()
     assert [s["name"] for s in result.steps] == ["llm.chat"]
@@ -183,7 +177,7 @@ def test_a_timeout_is_recorded_and_writes_nothing(fake_llm: tuple[str, Script], 
     url, script = fake_llm
     script.content = "```json\n{}\n```"
     script.delay_s = 1.0
-    job = _job(family, tmp_path)
+    job = make_job(family, tmp_path)
     result = _run(url, job, timeout_s=0.2)
     assert not (job.workspace / job.task.output).exists()
     assert result.steps[0]["errorCode"] == "timeout" and result.steps[0]["success"] is False
@@ -196,7 +190,7 @@ def test_an_http_error_is_recorded_and_writes_nothing(
 ) -> None:
     url, script = fake_llm
     script.status = 500
-    job = _job(family, tmp_path)
+    job = make_job(family, tmp_path)
     result = _run(url, job)
     assert not (job.workspace / job.task.output).exists()
     assert result.steps[0]["errorCode"] == "LLM_ERROR"

@@ -28,7 +28,7 @@ from skillflow.script_agent import (
     file_head,
 )
 
-from .conftest import Script
+from .conftest import Script, make_job
 
 GOOD = """\
 import json
@@ -39,12 +39,6 @@ CRASH = """\
 rows = {}
 print(rows["missing"])
 ```"""
-
-
-def _job(family: Family, tmp_path: Path, injected: str = "", index: int = 0) -> AgentInput:
-    task = family.tasks[index]
-    workspace = family.prepare_workspace(task, tmp_path / "ws")
-    return AgentInput(family, task, task.prompt, injected, workspace)
 
 
 def _run(url: str, job: AgentInput, **settings: Any) -> AgentResult:
@@ -78,7 +72,7 @@ def test_the_prompt_shows_file_heads_then_memory_then_the_ask(
 ) -> None:
     url, script = fake_llm
     script.content = GOOD
-    job = _job(sales, tmp_path, injected="<memory>skip cancelled orders</memory>")
+    job = make_job(sales, tmp_path, injected="<memory>skip cancelled orders</memory>")
     _run(url, job)
     body = script.requests[0]["body"]
     user = body["messages"][1]["content"]
@@ -93,7 +87,7 @@ def test_a_working_script_writes_the_answer_and_reports_its_steps(
 ) -> None:
     url, script = fake_llm
     script.content = GOOD
-    job = _job(sales, tmp_path)
+    job = make_job(sales, tmp_path)
     result = _run(url, job)
     answer = json.loads((job.workspace / "answers.json").read_text())
     assert answer == {"monthly_revenue_usd": {"2024-01": 40.0}, "total_revenue_usd": 40.0}
@@ -110,7 +104,7 @@ def test_a_crash_gets_one_sampled_retry_with_its_traceback(
     url, script = fake_llm
     script.replies = [CRASH]
     script.content = GOOD
-    job = _job(sales, tmp_path)
+    job = make_job(sales, tmp_path)
     result = _run(url, job, retry_temperature=0.6)
     assert [s["name"] for s in result.steps] == ["llm.chat", "run_python", "llm.chat", "run_python", "write_file"]
     failed = result.steps[1]
@@ -125,7 +119,7 @@ def test_a_crash_gets_one_sampled_retry_with_its_traceback(
 def test_no_answer_when_every_script_fails(fake_llm: tuple[str, Script], sales: Family, tmp_path: Path) -> None:
     url, script = fake_llm
     script.content = 'print("I forgot to write the file")\n```'
-    job = _job(sales, tmp_path)
+    job = make_job(sales, tmp_path)
     (job.workspace / "answers.json").write_text('{"stale": true}')  # left by someone else: must not count
     result = _run(url, job, retries=2)
     assert not (job.workspace / "answers.json").exists()
@@ -137,7 +131,7 @@ def test_no_answer_when_every_script_fails(fake_llm: tuple[str, Script], sales: 
 def test_a_script_that_hangs_is_stopped(fake_llm: tuple[str, Script], sales: Family, tmp_path: Path) -> None:
     url, script = fake_llm
     script.content = "import time\ntime.sleep(30)\n```"
-    result = _run(url, _job(sales, tmp_path), retries=0, run_timeout_s=0.5)
+    result = _run(url, make_job(sales, tmp_path), retries=0, run_timeout_s=0.5)
     assert result.notes["error"] == "it did not finish within 0.5 s"
 
 
@@ -146,14 +140,14 @@ def test_an_output_that_is_not_an_object_is_refused(
 ) -> None:
     url, script = fake_llm
     script.content = 'json.dump([1, 2], open("answers.json", "w"))\n```'
-    result = _run(url, _job(sales, tmp_path), retries=0)
+    result = _run(url, make_job(sales, tmp_path), retries=0)
     assert result.notes["error"] == "answers.json holds a JSON list, not an object"
 
 
 def test_an_http_error_is_reported_not_raised(fake_llm: tuple[str, Script], sales: Family, tmp_path: Path) -> None:
     url, script = fake_llm
     script.status = 500
-    result = _run(url, _job(sales, tmp_path))
+    result = _run(url, make_job(sales, tmp_path))
     assert result.steps[0]["errorCode"] == "LLM_ERROR" and not result.notes["answerValid"]
 
 

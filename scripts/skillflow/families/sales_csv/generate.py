@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -114,11 +115,16 @@ LLM_ORDERS = {
 LLM_EUR = {1: "1.1000", 2: "1.2000", 3: "1.1000"}
 
 
-def llm_files() -> dict[str, str]:
-    out = {
+def _exports(orders_by_file: Mapping[str, Sequence[tuple[object, ...]]]) -> dict[str, str]:
+    """Written-out orders as CSV exports (header first), by file name."""
+    return {
         name: "\n".join([HEADER, *(",".join(str(v) for v in order) for order in orders)]) + "\n"
-        for name, orders in LLM_ORDERS.items()
+        for name, orders in orders_by_file.items()
     }
+
+
+def llm_files() -> dict[str, str]:
+    out = _exports(LLM_ORDERS)
     out["fx_rates.csv"] = (
         "\n".join(
             ["month,currency,usd_per_unit"]
@@ -149,10 +155,7 @@ SCRIPT_ORDERS = {
 
 
 def script_files() -> dict[str, str]:
-    return {
-        name: "\n".join([HEADER, *(",".join(str(v) for v in order) for order in orders)]) + "\n"
-        for name, orders in SCRIPT_ORDERS.items()
-    }
+    return _exports(SCRIPT_ORDERS)
 
 
 def _outputs() -> dict[Path, str]:
