@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from memos_bridge.config import CaptureSettings
 from memos_bridge.contract.dto import ToolCallDTO, TurnResultDTO
-from memos_bridge.core.text import args_text, clamp_head_tail, clip, first_line, first_sentence, squash, to_text
+from memos_bridge.rules.text import args_text, clamp_head_tail, clip, first_line, first_sentence, squash, to_text
 
 StepKindName = Literal["tool", "reply", "note"]
 

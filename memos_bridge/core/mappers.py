@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memos_bridge.contract.dto import EpisodeDTO, PolicyDTO, PolicySkillNoteDTO, ToolCallDTO, TraceDTO
-from memos_bridge.core.text import clip
+from memos_bridge.rules.text import clip
 from memos_bridge.storage.models import EpisodeRow, PolicyRow, TraceRow
 
 

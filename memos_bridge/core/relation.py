@@ -52,7 +52,7 @@ from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel
 
-from memos_bridge.core.text import CJK_CHARS, clip
+from memos_bridge.rules.text import CJK_CHARS, clip
 
 Relation = Literal["append", "revision", "follow_up", "new_task"]
 RelationSource = Literal["rule", "heuristic", "llm"]

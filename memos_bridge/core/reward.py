@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple
 
 from memos_bridge.contract.dto import FeedbackChannel, Polarity
-from memos_bridge.core.text import CJK_CHARS, clamp_head_tail, clip, has_cjk, squash
+from memos_bridge.rules.text import CJK_CHARS, clamp_head_tail, clip, has_cjk, squash
 
 Outcome = Literal["success", "failure", "partial", "unknown"]
 HumanSource = Literal["verifier", "llm", "feedback", "heuristic", "none"]

@@ -32,7 +32,6 @@ from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core import reward, strength_rules
 from memos_bridge.core.capture import extract_error_signatures, tool_signature
-from memos_bridge.core.text import clip
 from memos_bridge.core.vector_store import FIELDS as VECTOR_FIELDS
 from memos_bridge.core.vector_store import VectorJob, VectorStore
 from memos_bridge.embedding.base import Embedder
@@ -52,6 +51,7 @@ from memos_bridge.retrieval.render import (
     WorldSnippet,
     render_block,
 )
+from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import FtsKind, Tokenizer, fts_search, pattern_search

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
-from memos_bridge.core.text import clip
 from memos_bridge.llm.base import ChatMessage, LLMProvider
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.prompts import RETRIEVAL_FILTER, FilterOutput
@@ -29,6 +28,7 @@ from memos_bridge.retrieval.render import (
     WorldSnippet,
     experience_body,
 )
+from memos_bridge.rules.text import clip
 
 log = logging.getLogger(__name__)
 

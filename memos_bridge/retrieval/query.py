@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memos_bridge.core.text import CJK_RUN, has_cjk
+from memos_bridge.rules.text import CJK_RUN, has_cjk
 from memos_bridge.storage.fts import query_terms
 
 STOPWORDS = frozenset(

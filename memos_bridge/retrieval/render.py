@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from memos_bridge.core.text import clip, instance_specific, numbered, numbered_steps
+from memos_bridge.rules.text import clip, instance_specific, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
 CLOSE_TAG = "</relevant-memories>"

@@ -10,7 +10,7 @@ from memos_bridge.core.capture import (
     normalise_error_message,
     tool_call_failed,
 )
-from memos_bridge.core.text import clamp_head_tail
+from memos_bridge.rules.text import clamp_head_tail
 
 SETTINGS = CaptureSettings()
 

@@ -45,8 +45,8 @@ from memos_bridge.core.learning.experience_verifier import (
     file_in,
     verifier_lines,
 )
-from memos_bridge.core.learning.l2_induce import STOPWORDS, content_tokens, token_similarity
-from memos_bridge.core.text import (
+from memos_bridge.llm.prompts import FeedbackRefineOutput
+from memos_bridge.rules.text import (
     clip,
     first_sentence,
     instance_specific,
@@ -55,7 +55,7 @@ from memos_bridge.core.text import (
     squash,
     unnumbered,
 )
-from memos_bridge.llm.prompts import FeedbackRefineOutput
+from memos_bridge.rules.tokens import STOPWORDS, content_tokens, token_similarity
 
 ExperienceType = Literal["success_pattern", "repair_validated", "failure_avoidance", "repair_instruction", "preference"]
 EvidencePolarity = Literal["positive", "negative", "mixed"]

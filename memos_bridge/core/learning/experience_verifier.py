@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from memos_bridge.core.text import clip, squash
+from memos_bridge.rules.text import clip, squash
 
 Outcome = Literal["pass", "fail", "unknown"]
 

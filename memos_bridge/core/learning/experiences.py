@@ -69,9 +69,9 @@ from memos_bridge.core.learning.l2_signature import call_failed
 from memos_bridge.core.learning.reward_stage import RewardReport
 from memos_bridge.core.mappers import policy_dto
 from memos_bridge.core.namespace import read_filter
-from memos_bridge.core.text import clip, numbered_steps
 from memos_bridge.ids import new_id
 from memos_bridge.llm.prompts import FEEDBACK_REFINE
+from memos_bridge.rules.text import clip, numbered_steps
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, PolicyRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from memos_bridge.contract.dto import ToolCallDTO
 from memos_bridge.core.capture import extract_error_signatures, tool_call_failed
-from memos_bridge.core.text import to_text
+from memos_bridge.rules.text import to_text
 
 #: Placeholder of a missing component.
 MISSING: Final = "_"

@@ -66,9 +66,9 @@ from memos_bridge.core.learning.repair_rules import (
     value_gap,
 )
 from memos_bridge.core.relation import extract_correction
-from memos_bridge.core.text import clip, squash
 from memos_bridge.ids import new_id
 from memos_bridge.llm.prompts import DECISION_REPAIR, RepairOutput
+from memos_bridge.rules.text import clip, squash
 from memos_bridge.storage import repos
 from memos_bridge.storage.models import DecisionRepairRow, PolicyRow, TraceRow
 from memos_bridge.storage.owner import OwnerFilter

@@ -42,7 +42,7 @@ from memos_bridge.core.capture import (
     tool_call_failed,
     tool_signature,
 )
-from memos_bridge.core.text import clip, first_line, first_sentence, squash
+from memos_bridge.rules.text import clip, first_line, first_sentence, squash
 
 RepairSource = Literal["failure_burst", "user_correction"]
 Severity = Literal["info", "warn"]

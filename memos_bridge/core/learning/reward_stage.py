@@ -26,8 +26,8 @@ from memos_bridge.contract.events import EventType
 from memos_bridge.core import reward
 from memos_bridge.core.capture import tool_signature
 from memos_bridge.core.learning.context import LearningContext
-from memos_bridge.core.text import clip
 from memos_bridge.llm.prompts import EPISODE_SUMMARIZE, R_HUMAN_SCORE, REFLECTION_SCORE, StepScore
+from memos_bridge.rules.text import clip
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow, TurnRow
 
 log = logging.getLogger(__name__)

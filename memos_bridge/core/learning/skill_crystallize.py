@@ -32,7 +32,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memos_bridge.core.capture import tool_signature
-from memos_bridge.core.learning.l2_induce import STOPWORDS, token_similarity
 from memos_bridge.core.learning.skill_family import (
     ExperienceView,
     Family,
@@ -44,8 +43,9 @@ from memos_bridge.core.learning.skill_family import (
     split_lines,
     union_tags,
 )
-from memos_bridge.core.text import CJK_CHARS, clip, first_sentence, squash
 from memos_bridge.llm.prompts import SkillDraftOutput
+from memos_bridge.rules.text import CJK_CHARS, clip, first_sentence, squash
+from memos_bridge.rules.tokens import STOPWORDS, token_similarity
 
 InducedBy = Literal["llm", "rules"]
 

@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from memos_bridge.core.learning.l2_induce import content_tokens
+from memos_bridge.rules.tokens import content_tokens
 
 #: Content words a step must share with the evidence to count as grounded.
 GROUNDING_WORDS: Final = 2

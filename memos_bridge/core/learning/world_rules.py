@@ -38,7 +38,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memos_bridge.config import WorldSettings
-from memos_bridge.core.learning.l2_induce import content_tokens, token_similarity
 from memos_bridge.core.learning.world_evidence import (
     Domain,
     ExperienceView,
@@ -61,8 +60,9 @@ from memos_bridge.core.learning.world_text import (
     present_tense,
     sentence,
 )
-from memos_bridge.core.text import clip
 from memos_bridge.llm.prompts import WorldAbstractionOutput
+from memos_bridge.rules.text import clip
+from memos_bridge.rules.tokens import content_tokens, token_similarity
 
 SectionName = Literal["environment", "inference", "constraints"]
 SECTIONS: Final[tuple[SectionName, ...]] = ("environment", "inference", "constraints")

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from memos_bridge.core.learning.l2_induce import content_tokens
-from memos_bridge.core.text import clip, squash
+from memos_bridge.rules.text import clip, squash
+from memos_bridge.rules.tokens import content_tokens
 
 ClauseKind = Literal["avoid", "do", "mismatch", "requirement", "fact", "phrase"]
 

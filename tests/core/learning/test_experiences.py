@@ -18,9 +18,9 @@ from memos_bridge.core.facade import MemoryCore
 from memos_bridge.core.learning import experience_rules as rules
 from memos_bridge.core.learning.experience_verifier import parse_verifier, verifier_lines
 from memos_bridge.core.learning.experiences import ExperienceReport, experience_stage
-from memos_bridge.core.text import instance_specific
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.prompts import FeedbackRefineOutput
+from memos_bridge.rules.text import instance_specific
 from tests.llm.fakes import ScriptedProvider
 
 pytestmark = pytest.mark.anyio

@@ -33,12 +33,10 @@ from memos_bridge.core.learning.l2_induce import (
     TraceView,
     align_steps,
     common_intent,
-    content_tokens,
     find_near_duplicate,
     induce_by_rules,
     lcs_pairs,
     pack_evidence,
-    token_similarity,
 )
 from memos_bridge.core.learning.l2_signature import (
     PatternSignature,
@@ -52,6 +50,7 @@ from memos_bridge.embedding.base import Embedder
 from memos_bridge.embedding.hash_provider import HashEmbedder
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.host import NoLLM
+from memos_bridge.rules.tokens import content_tokens, token_similarity
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import (
     EpisodeRow,
