@@ -109,6 +109,19 @@ class RetrievalSettings(_Section):
     skill_injection_mode: Literal["summary", "full"] = Field(
         "summary", description="summary = name, first paragraph and a memos_skill_get hint; full = the whole guide."
     )
+    render_mode: Literal["full", "compact"] = Field(
+        "full",
+        description="full = every section with ids, scope and tool hints; compact = the recalled lessons first, "
+        "in their own words, then other memories while compact_max_chars lasts (for small models).",
+    )
+    compact_max_chars: int = Field(800, ge=200, description="Budget of a compact injected block.")
+    lesson_min_similarity: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="A lesson whose subject terms the request does not name is recalled only at this cosine or "
+        "above (lessons are recalled by subject).",
+    )
     rrf_k: int = Field(60, ge=1)
     default_deadline_ms: int = Field(6000, ge=50, description="Budget when turn.start gives no deadlineAt.")
     llm_filter: bool = Field(

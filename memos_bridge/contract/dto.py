@@ -126,6 +126,10 @@ class EpisodeDTO(WireModel):
 # ---------------------------------------------------------------- turns
 
 
+#: How an injected block is written (turn.start / memory.search `render`).
+RenderMode = Literal["full", "compact"]
+
+
 class TurnInputDTO(WireModel):
     """turn.start params."""
 
@@ -140,6 +144,11 @@ class TurnInputDTO(WireModel):
     context_hints: dict[str, Any] | None = None
     ts: int = Field(..., ge=0, description="User turn time (epoch ms); becomes the steps' turnId.")
     deadline_at: int | None = Field(None, ge=0, description="Absolute epoch-ms budget for retrieval.")
+    render: RenderMode | None = Field(
+        None,
+        description="How the injected block is written: full (every section, with ids and scope) or compact (the "
+        "lessons first in their own words, at most retrieval.compact_max_chars); default retrieval.render_mode.",
+    )
 
 
 class TurnResultDTO(WireModel):
@@ -188,6 +197,7 @@ class RetrievalQueryDTO(WireModel):
     deadline_at: int | None = None
     filters: dict[str, Any] | None = None
     top_k: TopKDTO | None = None
+    render: RenderMode | None = None
 
 
 class RetrievalHitDTO(WireModel):
@@ -239,6 +249,7 @@ class MemorySearchParams(WireModel):
     filters: dict[str, Any] | None = None
     top_k: TopKDTO | None = None
     deadline_at: int | None = None
+    render: RenderMode | None = Field(None, description="full or compact injected text (see turn.start).")
 
 
 # ---------------------------------------------------------------- memory reads
@@ -401,6 +412,29 @@ class PolicySkillNoteDTO(WireModel):
     ts: int | None = Field(None, description="When the note was written (epoch ms).")
 
 
+class LessonSubjectDTO(WireModel):
+    identifiers: list[str] = Field(default_factory=list, description="Names the lesson is about (fields, files…).")
+    units: list[str] = Field(default_factory=list, description="Canonical units it names (lb, kg, cent, …).")
+    numbers: list[str] = Field(default_factory=list, description="Convention numbers it keeps (0.4536, 100, …).")
+
+
+class LessonDTO(WireModel):
+    """A typed experience's lesson as the feedback worded it; `instance` is what was left out of it as true of
+    the judged attempt only (its values, ids, verdicts)."""
+
+    lines: list[str] = Field(default_factory=list)
+    roles: list[str] = Field(
+        default_factory=list,
+        description="Per line: convention, instruction, prohibition, correction, preference, diagnosis, note or "
+        "observation.",
+    )
+    subject: LessonSubjectDTO = Field(default_factory=LessonSubjectDTO)
+    terms: list[str] = Field(
+        default_factory=list, description="What recall matches: the subject's names, the files it was learnt on, units."
+    )
+    instance: list[str] = Field(default_factory=list)
+
+
 class PolicyDTO(WireModel):
     id: str
     title: str
@@ -426,12 +460,13 @@ class PolicyDTO(WireModel):
     pinned: bool
     created_at: int
     updated_at: int
-    tags: list[str] = Field(default_factory=list, description="Domain / task-family tags (e.g. sec13f, json).")
+    tags: list[str] = Field(default_factory=list, description="Domain tags (e.g. json, git).")
     induced_by: str = Field("", description="Who wrote it: llm / rules (L2 induction) or feedback.experience.")
     archived_at: int | None = None
     skill_note: PolicySkillNoteDTO | None = Field(
         None, description="For typed experiences the skill stage has seen: skipped reason, or the skill using it."
     )
+    lesson: LessonDTO | None = Field(None, description="Typed experiences: the lesson in the feedback's words.")
 
 
 PolicyStatus = Literal["candidate", "active", "archived"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memos_bridge.contract.dto import EpisodeDTO, PolicyDTO, PolicySkillNoteDTO, ToolCallDTO, TraceDTO
+from memos_bridge.contract.dto import EpisodeDTO, LessonDTO, PolicyDTO, PolicySkillNoteDTO, ToolCallDTO, TraceDTO
 from memos_bridge.rules.text import clip
 from memos_bridge.storage.models import EpisodeRow, PolicyRow, TraceRow
 
@@ -103,6 +103,7 @@ def policy_dto(row: PolicyRow) -> PolicyDTO:
         induced_by=row.induced_by,
         archived_at=row.archived_at,
         skill_note=_skill_note((row.meta_json or {}).get("skill")),
+        lesson=LessonDTO.model_validate(row.lesson_json) if isinstance(row.lesson_json, dict) else None,
     )
 
 

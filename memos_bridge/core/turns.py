@@ -272,6 +272,7 @@ class TurnService:
             reason="turn_start",
             context_hints=params.context_hints,
             deadline_at=params.deadline_at,
+            render=params.render,
         )
         if self._settings.retrieval.intent_llm and not self._settings.lightweight and self._llm.available():
             intent = await classify_intent(params.user_text, self._llm, episode_id=begun.episode_id)

@@ -51,6 +51,7 @@ from memos_bridge.retrieval.render import (
     WorldSnippet,
     render_block,
 )
+from memos_bridge.rules.subjects import identifiers, mentions
 from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
@@ -442,7 +443,7 @@ class Retriever:
                 repair_preference=[r.preference for r in repairs],
                 repair_anti_pattern=[r.anti_pattern for r in repairs],
             )
-            context = render_block(only, reason="decision_repair", options=self._render_options())
+            context = render_block(only, reason="decision_repair", options=self._render_options(query.render))
         stats.total_ms = round((time.perf_counter() - started) * 1000, 2)
         return dto.RetrievalResultDTO(
             query=query, hits=hits, injected_context=context, tier_latency_ms=latency, stats=stats
@@ -474,6 +475,7 @@ class Retriever:
             filters=params.filters,
             top_k=params.top_k,
             deadline_at=params.deadline_at,
+            render=params.render,
         )
         deadline = params.deadline_at or (now_ms() + self._settings.default_deadline_ms)
         return await self.retrieve_safely(query, owner, visible=None, deadline_at=deadline, top_k=params.top_k)
@@ -530,7 +532,9 @@ class Retriever:
         found = [c for c in run.collector.by_key.values() if c.kind in planned]
 
         loaded = await self._db.read(
-            lambda db: self._load_sync(db, found, owner, visible, plan, keywords, rollups=query_vec is not None)
+            lambda db: self._load_sync(
+                db, found, owner, visible, plan, keywords, rollups=query_vec is not None, request=text
+            )
         )
         candidates = self._with_vectors(loaded.candidates)
         candidates = self._roll_up_episodes(candidates, loaded.steps, query_vec)
@@ -566,7 +570,8 @@ class Retriever:
         if trace_ids:
             prefer, avoid = hotpath.merge_guidance(loaded.guidance, trace_ids, exclude=recalled_policies)
             data.linked_preference, data.linked_anti_pattern = prefer, avoid
-        context = render_block(data, reason=plan.reason, options=self._render_options())
+        data.query = text
+        context = render_block(data, reason=plan.reason, options=self._render_options(query.render))
         latency = dto.TierLatencyDTO(
             tier1=round(tier_ms.get(1, 0.0), 2),
             tier2=round(tier_ms.get(2, 0.0), 2),
@@ -574,11 +579,14 @@ class Retriever:
         )
         return hits, context, stats, latency
 
-    def _render_options(self) -> RenderOptions:
+    def _render_options(self, mode: str | None = None) -> RenderOptions:
+        """The settings' rendering; `mode` (a call's `render`) overrides `retrieval.render_mode`."""
         return RenderOptions(
             snippet_max_chars=self._settings.snippet_max_chars,
             total_max_chars=self._settings.char_budget,
             skill_mode=self._settings.skill_injection_mode,
+            mode=mode or self._settings.render_mode,
+            compact_max_chars=min(self._settings.compact_max_chars, self._settings.char_budget),
         )
 
     def _channels(
@@ -635,6 +643,7 @@ class Retriever:
         keywords: KeywordQuery,
         *,
         rollups: bool,
+        request: str = "",
     ) -> _Loaded:
         """Everything ranking needs from the database, in ONE worker-thread hop (a hop and a read transaction
         cost about what each of these reads costs): the candidates' rows, the corrections that supersede
@@ -644,6 +653,7 @@ class Retriever:
         candidates = self._hydrate_sync(db, found, owner, visible, plan, links)
         candidates = self._follow_supersedes_sync(db, candidates, links, owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)
+        candidates = self._subject_gate(candidates, request)
         steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
         trace_ids = [c.ref_id for c in candidates if c.kind == "trace"]
         distilled = [c.ref_id for c in candidates if c.kind == "experience"] + [
@@ -762,6 +772,7 @@ class Retriever:
             guidance = row.decision_guidance_json or {}
             cand.strength = max(row.salience, row.confidence, row.gain, 0.0)
             cand.dedupe_key = fusion.normalise_text(row.title)
+            lesson = row.lesson_json if isinstance(row.lesson_json, dict) else {}
             cand.payload = ExperienceSnippet(
                 ref_id=row.id,
                 experience_type=row.experience_type,
@@ -773,6 +784,9 @@ class Retriever:
                 preference=list(guidance.get("preference", [])),
                 anti_pattern=list(guidance.get("antiPattern", [])),
                 updated_at=row.updated_at,
+                lesson=[str(line) for line in lesson.get("lines") or []],
+                roles=[str(role) for role in lesson.get("roles") or []],
+                terms=[str(term) for term in lesson.get("terms") or []],
             )
         elif kind == "skill":
             guidance = (row.procedure_json or {}).get("decisionGuidance", {}) or {}
@@ -793,6 +807,21 @@ class Retriever:
             cand.dedupe_key = fusion.normalise_text(row.title)
             cand.payload = WorldSnippet(ref_id=row.id, title=row.title, body=row.body)
         cand.strength = strength_rules.tie_signal(cand.strength, row.strength)  # evidence breaks near-ties only
+
+    def _subject_gate(self, candidates: list[Candidate], request: str) -> list[Candidate]:
+        """A lesson (or a world model) is recalled for a request about its subject: one that names a term it is
+        about (an identifier, a file it was learnt on, a unit), or whose meaning is close to it (vector cosine ≥
+        `retrieval.lesson_min_similarity`). Without this, every lesson of a busy namespace reaches every task
+        whose wording is vaguely alike (measured: half the tasks of unrelated task families got another
+        family's lessons). Memories without subject terms are not gated."""
+        floor = self._settings.lesson_min_similarity
+        kept: list[Candidate] = []
+        for cand in candidates:
+            terms = _subject_terms(cand.payload)
+            if terms and not mentions(request, terms) and _vector_score(cand) < floor:
+                continue
+            kept.append(cand)
+        return kept
 
     def _identifier_gate(self, candidates: list[Candidate], keywords: KeywordQuery) -> list[Candidate]:
         """A query naming a long identifier wants memories that contain it, when any do."""
@@ -902,6 +931,16 @@ class Retriever:
             elif isinstance(payload, WorldSnippet):
                 data.worlds.append(payload)
         return data
+
+
+def _subject_terms(payload: Any) -> list[str]:
+    """What a recalled lesson or world model is about: a lesson's stored terms; the names a world model's title
+    gives its domain (the files and fields its experiences share). Other memories are not gated by subject."""
+    if isinstance(payload, ExperienceSnippet):
+        return payload.terms
+    if isinstance(payload, WorldSnippet):
+        return identifiers(payload.title)
+    return []
 
 
 def _without_distilled_steps(picked: list[Candidate], sources: dict[str, list[str]]) -> list[Candidate]:

@@ -87,33 +87,6 @@ def numbered(steps: Sequence[str]) -> str:
     return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
 
 
-#: "`total` should be 13970, got 14070", "`x` must be 42 (this attempt: 40)": a wanted value and this attempt's.
-_ATTEMPT_VALUE = re.compile(
-    r"\b(?:should|must)\s+be\b[^;\n]*?(?:,\s*got\b|\(this attempt\b)|\(this attempt had\b", re.IGNORECASE
-)
-#: "expected 12 rows, got 9" outside parentheses (inside them it is the sample of a general rule).
-_EXPECTED_GOT = re.compile(r"\bexpected\b[^.;\n]*\bgot\b", re.IGNORECASE)
-_PARENTHESISED = re.compile(r"\([^()]*\)")
-#: Lines that name one task's output fields: the verifier's "`x` is missing from answers.json" and the
-#: experience builder's schema templates ("Use the fields the task asks for …: x, y", "Do not write fields the
-#: task did not ask for (z)"). Recalled for another task of the family, those names are wrong.
-_TASK_FIELDS = re.compile(
-    r"^\W*`[^`]+`\s+is\s+missing\s+from\b|\b(?:use|remove)\s+the\s+fields\s+the\s+task\s+(?:asks|did\s+not\s+ask)\s+for\b"
-    r"[^:]*:|\bdo\s+not\s+write\s+fields\s+the\s+task\s+did\s+not\s+ask\s+for\s*\(",
-    re.IGNORECASE,
-)
-
-
-def instance_specific(line: str) -> bool:
-    """Whether `line` only restates one attempt's values (the wanted one and the one it gave) or names one
-    task's output fields: true of that task, not a lesson for the next (a small model copies such numbers and
-    field names into an unrelated answer). A rule that merely has a number ("round to 2 decimals") or a sample
-    in parentheses is not."""
-    if _ATTEMPT_VALUE.search(line) or _TASK_FIELDS.search(line):
-        return True
-    return _EXPECTED_GOT.search(_PARENTHESISED.sub(" ", line)) is not None
-
-
 def has_cjk(text: str) -> bool:
     return bool(_CJK.search(text))
 

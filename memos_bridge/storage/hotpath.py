@@ -74,6 +74,7 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "verification",
         "boundary",
         "decision_guidance_json",
+        "lesson_json",
         "salience",
         "confidence",
         "gain",

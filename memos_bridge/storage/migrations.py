@@ -125,6 +125,11 @@ def _experience_columns(conn: Connection) -> None:
     ensure_column(conn, policies.c.meta_json)
 
 
+def _experience_lesson(conn: Connection) -> None:
+    """Typed experiences keep their lesson (the feedback's own lines, their roles and subject) in a column."""
+    ensure_column(conn, _table(PolicyRow).c.lesson_json)
+
+
 def _table(model: type[Any]) -> Table:
     tbl = model.__table__
     assert isinstance(tbl, Table)
@@ -136,6 +141,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "fts5", _fts5),
     Migration(3, "learning_columns", _learning_columns),
     Migration(4, "experience_columns", _experience_columns),
+    Migration(5, "experience_lesson", _experience_lesson),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

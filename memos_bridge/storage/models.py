@@ -336,8 +336,11 @@ class PolicyRow(SearchableMixin, Base):
     # L2 pattern signature "primaryTag|secondaryTag|tool|errCode" of the evidence it was induced from, so
     # association can add the signature bonus the reference designed but never wired ("" = unknown).
     signature: Mapped[str] = _str("")
-    # Domain/task-family tags of the experience (e.g. "sec13f", "xml") — world models group by them.
+    # Domain tags of the experience (e.g. "xml", "git") — world models group by them.
     tags_json: Mapped[list[str]] = _json_list()
+    # A typed experience's lesson in the feedback's own words: {lines, roles, subject, instance}. Read on the
+    # turn.start hot path (compact recall renders the lines), so it is a column, not part of meta_json.
+    lesson_json: Mapped[Any] = _json_nullable()
     # Stage bookkeeping that is not worth a column: skill skip reasons, builder provenance, gain history.
     meta_json: Mapped[dict[str, Any]] = _json_dict()
     vec: Mapped[bytes | None] = _vector()

@@ -35,7 +35,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memos_bridge.config import SkillSettings
-from memos_bridge.rules.text import clip, instance_specific, squash
+from memos_bridge.rules.instance import instance_specific
+from memos_bridge.rules.text import clip, squash
 from memos_bridge.rules.tokens import normalised_key, token_similarity
 from memos_bridge.storage.owner import OwnerFilter
 

@@ -278,7 +278,8 @@ def _clause_entry(clause: Clause, view: ExperienceView, steps_taken: int) -> tup
 
 def _statements(view: ExperienceView) -> list[tuple[str, bool, bool]]:
     """(text, is an anti-pattern list, is feedback prose) of an experience, in the order they matter. A
-    failure experience's procedure is what to avoid (the renderer shows it under Avoid too)."""
+    failure experience's procedure is what to avoid (the renderer shows it under Avoid too). The boundary is
+    left out: it says where the lesson came from, not what the environment is."""
     failure_procedure = view.experience_type == "failure_avoidance"
     facts = view.verifier
     return [
@@ -286,7 +287,6 @@ def _statements(view: ExperienceView) -> list[tuple[str, bool, bool]]:
         *((line, True, False) for line in view.anti_pattern),
         *((line, False, False) for line in view.preference),
         (view.verification, False, False),
-        (view.boundary, False, False),
         *((note, False, False) for note in (facts.notes if facts else ())),
         *((note, False, True) for note in view.feedback_notes),
     ]

@@ -8,14 +8,16 @@ most specific lesson source there is, so it is parsed rather than pattern-matche
 * **credit** — passed/total first, then score/reward; a pass counts only at full credit (partial credit,
   or any remaining mismatch, is a failure: reference `FULL_PASS_REWARD = 1`);
 * **mismatches** — `expected` and `actual` are diffed field by field (nested objects, rows of lists under
-  their field name) into typed differences: missing and unexpected fields (a schema error), a round scale
-  factor between numbers (×1000 → "report in thousands"), a type difference, a different row count, the
+  their field name) into typed differences: missing and unexpected fields (a schema error), a value off by a
+  factor (the ratio is kept, never a guess at what it means), a type difference, a different row count, the
   same rows in another order (with the key the expected rows are sorted by, e.g. "by cusip ascending"),
   or a plain value difference; mismatch lists a verifier reports itself are read too;
 * **severity** — lost credit, raised by structural faults (schema 0.9, other mismatches 0.7, failing
   fields 0.6), so a 4/5 pass with a wrong schema is still a severe failure;
-* **hints** — fix lines (what the answer must be) and avoid lines (what this attempt did that the
-  verifier rejected), phrased with the field, the file and a sample of the values.
+* **observations** — what the data shows and nothing more ("The answer was 1,000× the expected value"): a
+  factor is a factor, not "thousands" or "percent" (the same ×100 is a percentage, cents or a misplaced
+  decimal point, and only the feedback's words can say which). Observations that only restate this attempt —
+  its values, its output's field names, its row counts — stay in the record (`meta()`), out of the lesson.
 
 Everything here is pure.
 """
@@ -45,6 +47,8 @@ DIFF_DEPTH: Final = 3
 MAX_LINES: Final = 6
 
 MismatchKind = Literal["missing", "unexpected", "scale", "type", "count", "order", "value"]
+#: A ratio this close to a power of ten is shown as that power (1,000×, 1/100).
+_POWER_TOLERANCE: Final = 0.01
 
 _VERIFIER_KEYS: Final = frozenset(
     {"passed", "total", "score", "reward", "expected", "actual", "failing_fields", "failingFields", "mismatches"}
@@ -66,9 +70,8 @@ MESSAGE_KEYS: Final = ("message", "feedback", "details", "detail", "reason", "su
 _PASS_WORDS: Final = frozenset({"pass", "passed", "success", "succeeded", "ok", "correct", "true"})
 _FAIL_WORDS: Final = frozenset({"fail", "failed", "failure", "error", "incorrect", "wrong", "false"})
 FILE_NAME: Final = re.compile(r"[\w\-/]*\w\.(?:json|csv|tsv|xml|txt|md|ya?ml|py|sql|html?)\b", re.IGNORECASE)
-#: Scale factors a value can be off by, and how the fix is said.
-_SCALES: Final = ((1000.0, "thousands"), (1_000_000.0, "millions"), (1_000_000_000.0, "billions"), (100.0, "percent"))
-_SCALE_TOLERANCE: Final = 0.01
+#: A value off by a factor further from 1 than this counts as a scale difference (closer is a plain value error).
+_MIN_FACTOR: Final = 1.5
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Mismatch:
     field: str
     expected: Any = None
     actual: Any = None
-    detail: str = ""  # scale label, or the ordering ("by cusip ascending")
+    detail: str = ""  # the ordering ("by cusip ascending")
     factor: float = 0.0  # scale: actual / expected
 
     def as_json(self) -> dict[str, Any]:
@@ -90,6 +93,8 @@ class Mismatch:
             out["actual"] = _show(self.actual)
         if self.detail:
             out["detail"] = self.detail
+        if self.factor:
+            out["factor"] = round(self.factor, 6)
         return out
 
 
@@ -124,17 +129,12 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _scale(expected: float, actual: float) -> tuple[float, str] | None:
-    """(factor, label) when `actual` is `expected` times a round scale (or divided by one)."""
-    if expected == 0 or actual == 0:
+def _scale(expected: float, actual: float) -> float | None:
+    """actual / expected when the two differ by a factor worth naming (≥ 1.5 either way), else None."""
+    if expected == 0 or actual == 0 or (expected < 0) != (actual < 0):
         return None
     ratio = actual / expected
-    for factor, label in _SCALES:
-        if abs(ratio / factor - 1) <= _SCALE_TOLERANCE:
-            return factor, label
-        if abs(ratio * factor - 1) <= _SCALE_TOLERANCE:
-            return 1 / factor, label
-    return None
+    return ratio if ratio >= _MIN_FACTOR or ratio <= 1 / _MIN_FACTOR else None
 
 
 def _sorted_by(values: Sequence[Any]) -> str:
@@ -230,9 +230,9 @@ def diff_values(expected: Any, actual: Any, path: str = "", depth: int = 0) -> l
                 out.extend(diff_values(e, a, path, depth + 1))
     elif not _same(expected, actual):
         ne, na = _number(expected), _number(actual)
-        scaled = _scale(ne, na) if ne is not None and na is not None else None
-        if scaled is not None:
-            out.append(Mismatch("scale", path, expected, actual, detail=scaled[1], factor=scaled[0]))
+        factor = _scale(ne, na) if ne is not None and na is not None else None
+        if factor is not None:
+            out.append(Mismatch("scale", path, expected, actual, factor=factor))
         elif (ne is None) != (na is None) and expected is not None and actual is not None:
             out.append(Mismatch("type", path, expected, actual))
         else:
@@ -241,7 +241,7 @@ def diff_values(expected: Any, actual: Any, path: str = "", depth: int = 0) -> l
 
 
 def _dedupe_mismatches(items: Iterable[Mismatch]) -> list[Mismatch]:
-    """One mismatch per (kind, field, scale): rows of a list repeat the same fault."""
+    """One mismatch per (kind, field, detail): rows of a list repeat the same fault."""
     seen: set[tuple[str, str, str]] = set()
     out: list[Mismatch] = []
     for item in items:
@@ -442,61 +442,66 @@ def file_in(*texts: str) -> str:
     return ""
 
 
-#: Hint order: schema first (nothing else can pass without it), then units, types, counts, order, values.
-_HINT_ORDER: Final[tuple[MismatchKind, ...]] = ("missing", "unexpected", "scale", "type", "count", "order", "value")
+def _factor_text(factor: float) -> str:
+    """1000 → "1,000×", 0.01 → "1/100 of", 2.20462 → "2.205×": a power of ten exactly, anything else to four
+    significant figures."""
+    exponent = round(math.log10(abs(factor)))
+    if exponent != 0 and abs(abs(factor) / 10**exponent - 1) <= _POWER_TOLERANCE:
+        return f"{10**exponent:,.0f}×" if exponent > 0 else f"1/{10**-exponent:,.0f} of"
+    if factor >= 1:
+        return f"{float(f'{factor:.4g}'):g}×"
+    return f"1/{float(f'{1 / factor:.4g}'):g} of"
 
 
-def _where(field_name: str, file: str) -> str:
-    target = f"`{field_name}`" if field_name else "the values"
-    return f"{target} in {file}" if file and field_name else target
+def common_factor(view: VerifierView) -> float | None:
+    """The factor every numeric mismatch of the answer shares (within 1 %), or None."""
+    factors = [m.factor for m in view.mismatches if m.kind == "scale"]
+    values = [m for m in view.mismatches if m.kind == "value"]
+    if not factors or values:
+        return None
+    first = factors[0]
+    return first if all(abs(f / first - 1) <= 0.01 for f in factors) else None
 
 
-def verifier_lines(view: VerifierView, file: str = "") -> tuple[list[str], list[str]]:
-    """(fix lines, avoid lines) the verifier data supports, most specific first.
+def observations(view: VerifierView) -> list[str]:
+    """What the verifier's data shows that may carry over to another task, stated as observed (no reading of
+    what it means): a factor every wrong number shares, numbers written as text or the reverse, and the order
+    the expected rows come in. Field names of this answer, its values and its counts are left out: they are
+    true of this task only (`VerifierView.meta` keeps them)."""
+    out: list[str] = []
+    factor = common_factor(view)
+    if factor is not None:
+        out.append(f"The answer was {_factor_text(factor)} the expected value.")
+    typed = [m for m in view.mismatches if m.kind == "type"]
+    if typed:
+        wanted_number = _number(typed[0].expected) is not None
+        out.append(
+            "The expected answer held numbers where this attempt wrote text."
+            if wanted_number
+            else "The expected answer held text where this attempt wrote numbers."
+        )
+    for mismatch in view.mismatches:
+        if mismatch.kind == "order" and mismatch.detail.startswith("by "):
+            out.append(f"The expected entries were ordered {mismatch.detail}.")
+            break
+    return out[:MAX_LINES]
 
-    Fix lines say what the answer must be (scale, schema, order, count, type, value); avoid lines what this
-    attempt did that the verifier rejected.
-    """
-    file = view.file or file
-    fixes: list[str] = []
-    avoid: list[str] = []
-    missing = [m.field for m in view.mismatches if m.kind == "missing"]
-    unexpected = [m.field for m in view.mismatches if m.kind == "unexpected"]
-    for m in sorted(view.mismatches, key=lambda m: _HINT_ORDER.index(m.kind)):
-        where = _where(m.field, file)
-        if m.kind == "scale":
-            sample = f"expected {_show(m.expected)}, got {_show(m.actual)}"
-            if m.detail == "percent":
-                form = "a percentage" if m.factor > 1 else "a fraction"
-                fixes.append(f"Write {where} as {'a fraction' if m.factor > 1 else 'a percentage'} ({sample}).")
-                avoid.append(f"Do not write {where} as {form}.")
-            elif m.factor > 1:
-                fixes.append(f"Report {where} in {m.detail}: divide the raw values by {m.factor:,.0f} ({sample}).")
-                avoid.append(f"Do not report raw, unscaled values for {where} ({sample}).")
-            else:
-                fixes.append(f"Report {where} in units, not {m.detail}: multiply by {1 / m.factor:,.0f} ({sample}).")
-                avoid.append(f"Do not report {where} in {m.detail} ({sample}).")
-        elif m.kind == "order":
-            how = f" {m.detail}" if m.detail.startswith("by ") else (f" in {m.detail} order" if m.detail else "")
-            fixes.append(f"Order the entries of {where}{how}, as the verifier expects.")
-            avoid.append(f"Do not leave the entries of {where} unsorted.")
+
+def record_lines(view: VerifierView) -> list[str]:
+    """Every mismatch in words, this attempt's values included: the record `memory.get` shows, never recalled."""
+    lines: list[str] = []
+    for m in view.mismatches:
+        where = f"`{m.field}`" if m.field else "the answer"
+        if m.kind in ("value", "scale", "type"):
+            lines.append(f"{where}: expected {_show(m.expected)}, got {_show(m.actual)}.")
         elif m.kind == "count":
-            fixes.append(
-                f"Produce {m.expected} entries for {where} (this attempt had {m.actual}): process every record "
-                "before aggregating."
-            )
-        elif m.kind == "type":
-            kind = "number" if _number(m.expected) is not None else "string"
-            fixes.append(f"Write {where} as a {kind} (expected {_show(m.expected)}, got {_show(m.actual)}).")
-        elif m.kind == "value":
-            sample = f"{_show(m.expected)} (this attempt: {_show(m.actual)})"
-            fixes.append(f"{where[0].upper()}{where[1:]} must be {sample}.")
-    if missing:
-        target = f" in {file}" if file else ""
-        fixes.insert(0, f"Use the fields the task asks for{target}: {', '.join(missing[:8])}.")
-    if unexpected:
-        avoid.insert(0, f"Do not write fields the task did not ask for ({', '.join(unexpected[:8])}).")
+            lines.append(f"{where}: expected {m.expected} entries, got {m.actual}.")
+        elif m.kind == "missing":
+            lines.append(f"{where} is missing.")
+        elif m.kind == "unexpected":
+            lines.append(f"{where} was not asked for.")
+        elif m.kind == "order":
+            lines.append(f"{where}: right entries in another order{f' (expected {m.detail})' if m.detail else ''}.")
     if view.failing_fields and not view.mismatches:
-        fields = ", ".join(view.failing_fields[:8])
-        avoid.append(f"Do not submit without re-checking {fields}: the verifier failed them.")
-    return list(dict.fromkeys(fixes))[:MAX_LINES], list(dict.fromkeys(avoid))[:MAX_LINES]
+        lines.append(f"Failing: {', '.join(view.failing_fields[:8])}.")
+    return lines[:MAX_MISMATCHES]

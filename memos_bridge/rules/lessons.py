@@ -1,0 +1,461 @@
+"""Lesson sentences: which sentences of a feedback are the lesson, in the feedback's own words.
+
+Feedback says many things at once — a verdict ("FAIL for pw-3"), this attempt's values ("expected 412.77, got
+910"), praise ("the JSON layout is perfect"), and the lesson ("our weight column is in pounds, so multiply by
+0.4536 to get kilograms"). The lesson is what carries over to the next task, so it is kept as written (clipped,
+never paraphrased by a template: a template can only say what its author foresaw), and everything else stays on
+the feedback record. The classifier works on sentence structure in English and Chinese, not on any task's words:
+
+* **convention** — a present-tense statement about how things are, with specific content: "X is in / stored in /
+  reported in Y", "X means Y", "X are day-first", "X uses Y", "…的单位是…", "…是…", "…表示…";
+* **instruction** — what to do: an imperative ("divide…", "convert…", "use…", "skip…"), or a cue ("always", "make
+  sure", "remember to", "next time", "you need to", "要", "应该", "记住", "务必", "先…再…");
+* **prohibition** — what not to do: "do not", "never", "avoid", "stop", "别", "不要", "禁止";
+* **correction** — "not X but Y", "X, not Y", "instead of", "should be", "不是…而是…", "而不是", "应该是";
+* **preference** — a stated taste: "I prefer", "我喜欢", "希望";
+* **diagnosis** — what this attempt did wrong, with specifics ("you summed pounds as kilograms"): kept only when
+  nothing actionable was said;
+* **note** — a terse fragment with names, units or numbers ("weight=lb, ×0.4536"): kept only when nothing
+  actionable was said;
+* **praise**, **complaint**, **instance** — verdicts and this attempt's own content: never a lesson.
+
+Each sentence is first stripped of instance content (`rules.instance.strip_instance`), so "it should come to
+412.77 — our weight column is in pounds" keeps only its second half. Then `group_lessons` splits the lesson
+sentences by subject (`rules.subjects`): feedback that teaches two conventions gives two lessons, and a sentence
+without a subject of its own ("Multiply by 0.4536.") continues the one before.
+
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from memos_bridge.rules.instance import InstanceContext, has_content, strip_instance
+from memos_bridge.rules.subjects import Number, Subject, identifiers, number_key, subject_of, units
+from memos_bridge.rules.text import CJK_CHARS, clip, squash
+from memos_bridge.rules.tokens import STOPWORDS, content_tokens
+
+Role = Literal[
+    "convention",
+    "instruction",
+    "prohibition",
+    "correction",
+    "preference",
+    "diagnosis",
+    "note",
+    "praise",
+    "complaint",
+    "instance",
+    "other",
+]
+#: Roles whose sentences are a lesson on their own.
+ACTIONABLE: Final[frozenset[str]] = frozenset({"convention", "instruction", "prohibition", "correction", "preference"})
+#: Roles kept as the lesson only when a feedback has nothing actionable.
+FALLBACK: Final[frozenset[str]] = frozenset({"diagnosis", "note"})
+#: How far the reading of a role can be trusted (the experience's confidence starts there).
+ROLE_CONFIDENCE: Final[dict[str, float]] = {
+    "convention": 0.8,
+    "correction": 0.8,
+    "prohibition": 0.8,
+    "preference": 0.75,
+    "instruction": 0.7,
+    "note": 0.55,
+    "diagnosis": 0.45,
+}
+#: Characters of one lesson line.
+LINE_CHARS: Final = 360
+
+#: Common imperative verbs (the first word of an instruction).
+VERBS: Final = frozenset(
+    """
+    add aggregate align append apply ask assert assume avoid backup build bump calculate call cap cast change check
+    clean clear clone close collect combine commit compare compile compute configure confirm convert copy count
+    create debug decode deduplicate dedupe define delete deploy detect disable divide document double download drop
+    edit emit enable encode ensure escape exclude execute expand export extract fetch filter find fix flatten follow
+    format generate get give group handle identify ignore import include inspect install interpret join keep label
+    leave limit list load locate log look lowercase make map mark match measure merge migrate mock move multiply name
+    normalise normalize note open order output pad paginate parse pass patch pick pin pipe place prefer prefix
+    prepend print process provide pull push put quote read rebase rebuild record recompute reduce refresh reload
+    remove rename render reorder repeat replace report request rerun reset resolve restart restore retry return
+    reuse review rewrite round run save scale scan search select send separate set shift show skip sort specify
+    split start stick stop store strip submit subtract sum supply switch tag take test track transform translate
+    treat trim truncate try type uninstall unpack update upgrade upload uppercase use validate verify wait watch
+    wrap write zip
+    """.split()
+)
+#: Words that may open an instruction before its verb ("please use…", "so divide…", "just skip…").
+_LEAD_IN: Final = frozenset("please also so then just and but instead first simply now always kindly".split())
+
+_PREFERENCE: Final = re.compile(
+    r"\b(?:i|we)\s+(?:would\s+|'d\s+|really\s+|much\s+)?(?:prefer|like|want|expect)\b|\bmy\s+preference\b|"
+    r"\bprefer(?:ably|red)?\b|偏好|喜欢|希望|我想要|我们想要|更倾向",
+    re.IGNORECASE,
+)
+_PROHIBITION: Final = re.compile(
+    r"\b(?:do\s+not|don'?t|never|avoid|stop|no\s+longer|must\s+not|mustn'?t|should\s+not|shouldn'?t|cannot|can'?t|"
+    r"may\s+not|not\s+allowed|forbidden|not\s+permitted)\b|不要|不用|别再|(?<![区特分个级类识告性派])别(?![的人处])|不能|禁止|"
+    r"避免|切勿|不可|不应|(?<![切])勿|不许|不得|千万别",
+    re.IGNORECASE,
+)
+_CORRECTION: Final = re.compile(
+    r"\bnot\s+[^,.;]{1,60}?\bbut\b|,\s*not\s+\S|\binstead\s+of\b|\brather\s+than\b|\bshould\s+(?:have\s+)?be(?:en)?\b|"
+    r"\bis\s+wrong\b.{0,20}\bit'?s\b|不是.{1,40}?而是|而不是|应该是|应为|应是|改成|改为|换成|才对|才是",
+    re.IGNORECASE,
+)
+_INSTRUCTION_CUE: Final = re.compile(
+    r"\b(?:always|make\s+sure|ensure|remember\s+(?:to|that)|next\s+time|from\s+now\s+on|going\s+forward|"
+    r"in\s+(?:the\s+)?future|be\s+sure|needs?\s+to|has\s+to|have\s+to|must|should|first\b.{1,80}\bthen)\b|"
+    r"(?<![重主只需想概])要(?![求素点是])|应该|应当|必须|需要|记住|记得|务必|一定要|下次|以后|今后|统一|一律|始终|总是|"
+    r"先.{1,30}再",
+    re.IGNORECASE,
+)
+_IMPERATIVE_ZH: Final = re.compile(
+    r"^(?:请|先|再|务必|记得|一定要|要|需要|必须|应该|然后)?(?:用|使用|把|将|按|按照|乘以|除以|换算|转换|折算|跳过|排除|去掉|去除|剔除|"
+    r"忽略|保留|加上|加|减去|减|改用|改成|统一|只|仅|读|解析|计算|统计|转成|换成|带上|指定|设置|传|填|补|四舍五入)"
+)
+#: A present-tense copula or state verb: what a convention says ("are in", "is stored", "means").
+_STATE: Final = re.compile(
+    r"\b(?:is|are|means|mean|uses|use|holds|hold|contains|contain|stores|store|stored|records|recorded|reports|"
+    r"reported|written|given|expressed|encoded|measured|counted|denominated|formatted|listed|kept|starts|begins|"
+    r"ends|counts|excludes|exclude|includes|include|refers|represents|represent|indicates|stands\s+for|comes|come|"
+    r"arrive|arrives|follows|follow|lives|sits|runs|applies|apply|needs|require|requires|expects|"
+    r"goes|go|belongs|belong|lists|shows|appears|appear|carries|carry|returns|return)\b|"
+    r"的单位|单位[是为]|以.{1,8}为单位|表示|代表|指的是|就是|是|为|用的是|采用|存的是|记的是|写的是|都用|都按|按.{1,10}(?:记录|存储|计)",
+    re.IGNORECASE,
+)
+_PAST: Final = re.compile(
+    r"\b(?:was|were|had|did|didn'?t|wasn'?t|weren'?t|you\s+\w+ed|you\s+(?:took|read|put|left|forgot|gave|wrote|"
+    r"made|got|ran|kept|sent|brought))\b|你(?:把|用|算|当|写|漏|忘|拿)|算成了|写成了|当成了|漏掉了",
+    re.IGNORECASE,
+)
+_PRAISE: Final = re.compile(
+    r"\b(?:thanks?|thank\s+you|perfect|great|good|nice|fine|clean|correct(?:ly)?|excellent|awesome|helpful|clear|"
+    r"solid|neat|well\s+done|lovely|spot[\s-]on|fantastic|brilliant|appreciated?|love|cheers|right|works?|worked|"
+    r"passe[sd]|ok(?:ay)?)\b|不错|很好|完美|正确|谢谢|辛苦|棒|好的|挺好|没问题|可以",
+    re.IGNORECASE,
+)
+_COMPLAINT: Final = re.compile(
+    r"\b(?:wrong|incorrect(?:ly)?|off|bad|broken|failed|fails?|mistakes?|bug(?:gy)?|missing|missed|not\s+right|"
+    r"not\s+correct|sloppy|mismatch(?:ed)?)\b|不对|错了|错误|不正确|有误|失败|不行|缺少|漏了|不匹配",
+    re.IGNORECASE,
+)
+#: After a copula, these make the statement an evaluation ("the layout is perfect", "the total is wrong").
+_EVALUATIVE_PREDICATE: Final = re.compile(
+    r"\b(?:is|are|was|were|looks?|looked|seems?|seemed|feels?|came\s+out)\s+(?:\w+\s+){0,2}?(?:perfect|great|good|"
+    r"nice|fine|clean|correct|right|excellent|awesome|helpful|clear|solid|neat|wrong|incorrect|off|bad|broken|close|"
+    r"ok|okay|spot[\s-]on|better|worse|much\s+better|plausible|reasonable|small|large|big|low|high|short|long|"
+    r"too\s+\w+|way\s+\w+)\b",
+    re.IGNORECASE,
+)
+#: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
+_ABOUT_ATTEMPT: Final = re.compile(
+    r"^(?:\W*(?:but|and|so|also|still|however|though|yet|then)\W+)*(?:you|your|you've|you're|你|你的)(?![a-z])",
+    re.IGNORECASE,
+)
+#: A sentence that opens by pointing back ("It…", "So…", "This means…"): it continues the lesson before it.
+_CONTINUES: Final = re.compile(
+    r"^(?:it|its|it's|they|them|this|that|these|those|so|then|thus|therefore|hence|which|i\.e\.|that\s+is|"
+    r"in\s+other\s+words|otherwise|else)\b|^(?:它|它们|这|这些|那|所以|因此|然后|也就是|否则)",
+    re.IGNORECASE,
+)
+#: Words that carry a cue, a verdict or praise, not content: a lesson needs specific words beyond these.
+CUE_WORDS: Final = frozenset(
+    """next time future forward always never avoid stop instead should must need needs expected actual actually
+    correct correctly wrong incorrect incorrectly right try again retry redo good great perfect works work worked
+    passed pass passes success successful successfully succeeded fix fixed make sure ensure remember prefer
+    preference like answer result output response thanks thank please job done well exactly matched matches
+    handled broken failed fail fails mistake mistakes bug buggy missing missed nice awesome ok okay yes no task
+    attempt rather don dont also note looks look fine clean""".split()
+)
+_ZH_CUES: Final = re.compile(
+    "不正确|没通过|未通过|不成功|没成功|不要|别再|不能|禁止|避免|切勿|不可|不应|应该|应当|应为|应是|必须|需要|务必|"
+    "改成|改为|换成|期望|实际|而不是|正确的|下次|以后|今后|记得|记住|一定要|偏好|喜欢|希望|我想要|正确|成功|通过|对了|"
+    "很好|没错|不对|错了|错误|有误|失败|不行|缺少|漏了|再试试|再试|重试|重新|谢谢|辛苦|不错|完美|别"
+)
+#: Sentence ends: [.!?] before whitespace (not inside a number or a file name, not after an abbreviation), Chinese
+#: full stops always, and line breaks.
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
+_ABBREVIATION: Final = re.compile(
+    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|no|nr|mr|mrs|ms|dr|fig|ca|incl|excl)\.|\b[A-Z]\.)$", re.I
+)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of `text`, squashed, empty ones dropped; "e.g." and "0.4536" do not end a sentence."""
+    out: list[str] = []
+    pending = ""
+    for piece in _SENTENCE_END.split(text or ""):
+        if not piece or not piece.strip():
+            continue
+        pending = f"{pending} {piece}" if pending else piece
+        if _ABBREVIATION.search(pending.rstrip()):
+            continue
+        sentence = squash(pending)
+        pending = ""
+        if sentence.strip(" .;:!?。；：！？-—"):
+            out.append(sentence)
+    if pending and squash(pending).strip(" .;:!?。；：！？-—"):
+        out.append(squash(pending))
+    return out
+
+
+def specific_tokens(text: str) -> list[str]:
+    """Content words of `text` that are not cue words (CJK cue phrases removed before the bigrams)."""
+    stripped = _ZH_CUES.sub(" ", text)
+    return [t for t in content_tokens(stripped) if t not in CUE_WORDS and t not in STOPWORDS]
+
+
+def _opens_with_imperative(clause: str) -> bool:
+    """Whether a clause starts with an imperative verb (after lead-in words such as "please", "so", "just")."""
+    text = clause.strip(" \t`'\"“”-—–•*")
+    if _IMPERATIVE_ZH.match(text):
+        return True
+    words = [w.strip(".,;:()[]\"'`").lower() for w in text.split()[:6]]
+    while words and words[0] in _LEAD_IN:
+        words.pop(0)
+    if not words:
+        return False
+    head = words[0].rsplit("-", 1)[-1]  # "zero-pad", "double-check", "re-run": the verb is the last part
+    return head in VERBS and (len(words) == 1 or words[1] not in ("is", "are", "was", "were"))
+
+
+_CLAUSE_START: Final = re.compile(r"(?:^|[;；,，:：—–(（]\s*|\s[-—–]\s|\b(?:and|then|so|but)\s+)")
+
+
+def _has_imperative_clause(text: str) -> bool:
+    return any(_opens_with_imperative(text[m.end() :]) for m in _CLAUSE_START.finditer(text))
+
+
+def _is_statement(text: str) -> bool:
+    """A present-tense statement with specific content: the shape of a convention."""
+    if not _STATE.search(text) or _EVALUATIVE_PREDICATE.search(text):
+        return False
+    if re.search(f"[{CJK_CHARS}]", text):
+        return len(specific_tokens(text)) >= 2
+    if re.search(r"\b(?:was|were|had|did)\b", text, re.IGNORECASE) and not re.search(
+        r"\b(?:is|are|means|uses)\b", text, re.IGNORECASE
+    ):
+        return False  # about what happened once, not how things are
+    return len(specific_tokens(text)) >= 2 or bool(identifiers(text) or units(text))
+
+
+def role_of(text: str, context: InstanceContext | None = None) -> Role:
+    """The role of one sentence whose instance content is already removed (module docstring)."""
+    context = context or InstanceContext()
+    if not text.strip() or not has_content(text, context):
+        if _COMPLAINT.search(text):
+            return "complaint"
+        return "praise" if _PRAISE.search(text) else "instance"
+    specific = len(specific_tokens(text))
+    named = bool(identifiers(text) or units(text))
+    if specific == 0 and not named:
+        if _COMPLAINT.search(text):
+            return "complaint"
+        return "praise" if _PRAISE.search(text) else "other"
+    if _PREFERENCE.search(text):
+        return "preference"
+    if _PROHIBITION.search(text):
+        return "prohibition"
+    if _CORRECTION.search(text):
+        return "correction"
+    if _INSTRUCTION_CUE.search(text) or _has_imperative_clause(text):
+        return "instruction"
+    if _is_statement(text) and not _ABOUT_ATTEMPT.match(text):
+        return "convention"
+    if _ABOUT_ATTEMPT.match(text) and (specific >= 2 or named) and not _EVALUATIVE_PREDICATE.search(text):
+        return "diagnosis"
+    if _PAST.search(text) and (specific >= 2 or named) and not _EVALUATIVE_PREDICATE.search(text):
+        return "diagnosis"
+    if _EVALUATIVE_PREDICATE.search(text) or (_PRAISE.search(text) and specific <= 2 and not named):
+        return "complaint" if _COMPLAINT.search(text) else "praise"
+    if _COMPLAINT.search(text) and specific < 2 and not named:
+        return "complaint"
+    if named or specific >= 2:
+        return "note"
+    return "other"
+
+
+@dataclass(frozen=True)
+class LessonLine:
+    """One sentence of a feedback as read: its lesson text (instance content removed), its role and subject."""
+
+    text: str
+    role: Role
+    source: str  # the sentence as written
+    subject: Subject = field(default_factory=Subject)
+    removed: tuple[str, ...] = ()
+
+    @property
+    def actionable(self) -> bool:
+        return self.role in ACTIONABLE
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Every sentence of one feedback, read."""
+
+    lines: tuple[LessonLine, ...]
+
+    @property
+    def lessons(self) -> list[LessonLine]:
+        """The lesson: the actionable sentences, in order; else the diagnoses and notes."""
+        actionable = [line for line in self.lines if line.actionable]
+        if actionable:
+            return actionable
+        return [line for line in self.lines if line.role in FALLBACK]
+
+    @property
+    def instance(self) -> list[str]:
+        """What was taken out as this attempt's content (verdicts and values), for the record."""
+        out = [line.source for line in self.lines if line.role == "instance"]
+        out += [phrase for line in self.lines if line.role != "instance" for phrase in line.removed]
+        return list(dict.fromkeys(out))
+
+    def has(self, *roles: str) -> bool:
+        return any(line.role in roles for line in self.lines)
+
+    @property
+    def confidence(self) -> float:
+        """How far the lesson can be trusted: its strongest role, a little more when several roles agree."""
+        roles = {line.role for line in self.lessons}
+        if not roles:
+            return 0.2 if not self.has("praise", "complaint") else 0.4
+        best = max(ROLE_CONFIDENCE.get(role, 0.2) for role in roles)
+        return round(min(0.95, best + 0.05 * max(0, len(roles & ACTIONABLE) - 1)), 4)
+
+
+def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
+    """Read every sentence of `text` (module docstring); `context` is what is known of this attempt."""
+    context = context or InstanceContext()
+    lines: list[LessonLine] = []
+    for sentence in sentences(text):
+        filtered = strip_instance(sentence, context)
+        role = role_of(filtered.text, context)
+        if filtered.removed and role not in ACTIONABLE:
+            # what is left of a sentence that stated this attempt's content is a lesson only when it says what
+            # holds or what to do on its own ("So the refused returns" is not)
+            role = "instance"
+        lesson = clip(filtered.text, LINE_CHARS) if role not in ("instance", "praise", "complaint", "other") else ""
+        lines.append(
+            LessonLine(
+                text=lesson,
+                role=role,
+                source=sentence,
+                subject=subject_of(lesson, filtered.parameters) if lesson else Subject(),
+                removed=filtered.removed,
+            )
+        )
+    return Reading(tuple(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one lesson per convention
+
+
+@dataclass(frozen=True)
+class LessonGroup:
+    """The lines of one convention, in the feedback's order, and what they are about."""
+
+    lines: tuple[LessonLine, ...]
+
+    @property
+    def subject(self) -> Subject:
+        subject = Subject()
+        for line in self.lines:
+            subject = subject.union(line.subject)
+        return subject
+
+    @property
+    def texts(self) -> list[str]:
+        return [line.text for line in self.lines]
+
+    @property
+    def roles(self) -> list[str]:
+        return [line.role for line in self.lines]
+
+
+def _own_subject(line: LessonLine) -> bool:
+    return bool(line.subject.identifiers or line.subject.units)
+
+
+def _continues(line: LessonLine, group: list[LessonLine]) -> bool:
+    """Whether `line` is part of the convention `group` states (it points back, shares a name, a unit's
+    dimension or a number with it, or has no subject of its own)."""
+    if _CONTINUES.match(line.text):
+        return True
+    mine = line.subject
+    theirs = Subject()
+    for other in group:
+        theirs = theirs.union(other.subject)
+    if mine.names & theirs.names or set(mine.numbers) & set(theirs.numbers):
+        return True
+    if mine.dimensions & theirs.dimensions and not (mine.names and theirs.names):
+        return True
+    return not _own_subject(line)
+
+
+def group_lessons(lines: Sequence[LessonLine]) -> list[LessonGroup]:
+    """Split lesson lines into conventions: a line with a subject of its own that shares nothing with the lesson
+    before it starts a new one; every other line continues it."""
+    groups: list[list[LessonLine]] = []
+    for line in lines:
+        if groups and _continues(line, groups[-1]):
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    return [LessonGroup(tuple(group)) for group in groups]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the same convention again?
+
+#: Numbers that say too little to tie two lessons together (rounding digits, percentages' 100…).
+_WEAK_NUMBERS: Final = frozenset({"0", "1", "2", "3", "4", "5", "10", "100"})
+
+
+def strong_numbers(subject: Subject) -> set[str]:
+    return {n for n in subject.numbers if n not in _WEAK_NUMBERS}
+
+
+def convention_overlap(a: Subject, b: Subject, token_similarity: float) -> bool:
+    """Whether two lessons are about the same convention, judged on their subjects: a shared name with another
+    agreeing sign (a unit, a number, similar words), or a shared non-trivial number with a shared unit; two
+    lessons naming different things are different conventions even when their wording is alike. Cross-language
+    pairs share names and numbers, which are written alike in every language."""
+    shared_names = a.names & b.names
+    shared_numbers = strong_numbers(a) & strong_numbers(b)
+    shared_units = a.unit_keys & b.unit_keys
+    if shared_names:
+        return bool(shared_units or shared_numbers or token_similarity >= 0.2 or not (a.units or b.units))
+    if a.names and b.names:
+        return bool(shared_numbers and shared_units)
+    if shared_numbers and (shared_units or a.dimensions & b.dimensions):
+        return True
+    # one side names nothing: the same unit ties them ("in pounds, not kilograms" / "convert first: times 0.4536,
+    # then the 10 kg cut-off"), unless each side also has a unit of another dimension of its own
+    return bool(shared_units) and not (a.dimensions ^ b.dimensions)
+
+
+def join_lines(texts: Iterable[str]) -> str:
+    """Lines of one lesson as one text, each ending with its sentence mark."""
+    out: list[str] = []
+    for text in texts:
+        text = text.strip()
+        if text and not re.search(r"[.!?。！？:：]$", text):
+            text += "。" if re.search(f"[{CJK_CHARS}]$", text) else "."
+        if text:
+            out.append(text)
+    return " ".join(out)
+
+
+def key_terms(texts: Iterable[str], numbers_kept: Iterable[Number] = ()) -> set[str]:
+    """The terms a rewording of a lesson must keep: its names, units (canonical) and convention numbers."""
+    blob = "\n".join(texts)
+    terms = {i.casefold() for i in identifiers(blob)}
+    terms |= {u.canonical for u in units(blob)}
+    terms |= {number_key(n.value) for n in numbers_kept}
+    return terms

@@ -1,0 +1,351 @@
+"""What a lesson is about: the identifiers, unit words and numbers that name its subject.
+
+A lesson ("the `weight` field is in pounds: multiply by 0.4536 to get kilograms") is about something the next
+task can name again — a field, a file, a flag, a header, a unit. These terms are what lets the service find the
+lesson again by subject (the identifier and trigram channels match them, in any language, since identifiers and
+numbers are written the same way in English and Chinese), tell two conventions apart (a lesson about `weight` is
+not one about `cost`), and recognise the same convention taught twice in other words (same identifier, same unit,
+same factor).
+
+Everything is found by the shape of the text, never by a list of known subjects:
+
+* **identifiers** — anything in backticks or quotes; file names (`shipments.csv`); dotted, snake_case, camelCase
+  and kebab-case names with a digit or a second part (`orders.created_at`, `eu-west-1`); command-line flags
+  (`--region`); header-like names (`X-Api-Key`); codes in capitals with digits or underscores (`HTTP_404`); and a
+  plain word that the sentence calls a field, column, flag, header, file, table… ("the weight column",
+  "the field status", "weight 字段");
+* **units** — a lexicon of common measurement, money, time, size and energy units in English and Chinese, each
+  mapped to a canonical unit and its dimension, so "pounds", "lbs" and "磅" are one unit (lb, mass);
+* **numbers** — every number as written, with its value, for the instance filter and the merge test.
+
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from memos_bridge.rules.text import CJK_CHARS
+from memos_bridge.rules.tokens import STOPWORDS
+
+# ---------------------------------------------------------------------------------------------------------
+# identifiers
+
+_QUOTED: Final = re.compile(r"`([^`\n]{1,80})`|(?<![\w'])'([^'\n]{1,40})'(?!\w)|\"([^\"\n]{1,40})\"|“([^”\n]{1,40})”")
+_FILE: Final = re.compile(
+    r"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.(?:json|jsonl|ndjson|csv|tsv|psv|xml|txt|py|md|ya?ml|toml|html?|sql|parquet|"
+    r"xlsx?|ini|cfg|conf|env|log|sh|js|ts|rs|go|java|lock|dat|gz|zip)\b",
+    re.IGNORECASE,
+)
+#: `a.b` / `a.b.c` (not a number, not a sentence end: both sides are word characters)
+_DOTTED: Final = re.compile(r"\b[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+\b")
+_SNAKE: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
+_CAMEL: Final = re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")
+#: kebab-case with a digit somewhere (`eu-west-1`, `utf-8`) or three parts (`day-first-dates` is not one: words)
+_KEBAB: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+\b")
+_FLAG: Final = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
+#: a path with a slash (`archive/`, `assets/models/`, `src/app.py`); lower-case, so "DD/MM/YYYY" is no path
+_PATH: Final = re.compile(r"(?<![\w/.-])(?:[a-z0-9_.-]*[a-z][a-z0-9_.-]*/)+[a-z0-9_.-]*(?![\w/])")
+_HEADER: Final = re.compile(r"\b[A-Z][a-z0-9]*(?:-[A-Z][A-Za-z0-9]*)+\b")
+_CODE: Final = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{2,}[0-9]+[A-Z0-9]*\b")
+#: nouns that say the word next to them is a name in the data or the environment
+_NAMING_NOUNS: Final = (
+    r"column|columns|field|fields|attribute|key|keys|property|header|headers|flag|option|parameter|param|setting|"
+    r"variable|table|sheet|tab|file|folder|directory|endpoint|route|tag|label|code|codes|prefix|suffix|entry|"
+    r"section|element|record type|status"
+)
+_NAMED_BEFORE: Final = re.compile(
+    rf"\b(?:the|its|our|their|your|a|an|each|every|this|that)\s+([A-Za-z][\w-]*)\s+(?:{_NAMING_NOUNS})\b", re.IGNORECASE
+)
+_NAMED_AFTER: Final = re.compile(
+    rf"\b(?:{_NAMING_NOUNS})\s+(?:called\s+|named\s+)?([A-Za-z][\w-]*)\b(?=\s+(?:is|are|means|holds|has|in|of|must|should|"
+    rf"stores|records|uses|=|:))",
+    re.IGNORECASE,
+)
+_NAMED_ZH: Final = re.compile(r"([A-Za-z][\w.-]*)\s*(?:字段|列|栏|参数|选项|文件|表|键|标志|前缀|后缀|状态)")
+#: words that name the kind of thing, not the thing (never identifiers themselves)
+_GENERIC: Final = frozenset(
+    """the a an this that these those its our their each every any some all no one two value values number numbers
+    data row rows file files field fields column columns result results answer answers total totals it them
+    export exports report reports output input task tasks is are was were be has have in of to for and or not
+    must should will can may means uses holds stores records""".split()
+)
+_MEMORY_ID: Final = re.compile(r"\b(?:se|ep|tr|po|wm|sk|fb|dr|st|me)_[0-9A-Z]{12}\b")
+_NOT_PATHS: Final = frozenset({"and/or", "either/or", "w/o", "n/a", "i/o", "yes/no", "on/off", "true/false"})
+
+
+def identifiers(text: str) -> list[str]:
+    """Names in `text`, in order of appearance, each once (compared case-insensitively); a name inside a longer
+    one (`answers` in `answers.json`) is dropped, and so are memory ids."""
+    found: list[tuple[int, str]] = []
+    for match in _QUOTED.finditer(text):
+        value = next(g for g in match.groups() if g is not None).strip()
+        if value and len(value.split()) <= 4:
+            found.append((match.start(), value))
+    for pattern in (_FILE, _PATH, _DOTTED, _SNAKE, _CAMEL, _KEBAB, _FLAG, _HEADER, _CODE):
+        for match in pattern.finditer(text):
+            name = match.group(0)
+            if pattern is _PATH and (name.strip("/") in _NOT_PATHS or len(name.strip("/.")) < 3):
+                continue
+            if pattern is _KEBAB and not re.search(r"\d", name) and name.count("-") < 2:
+                continue  # "day-first", "month-end": hyphenated words, not names
+            if pattern is _DOTTED and re.fullmatch(r"[A-Za-z]\.[A-Za-z]\.?", name):
+                continue  # "e.g", "i.e"
+            found.append((match.start(), name))
+    for pattern in (_NAMED_BEFORE, _NAMED_AFTER, _NAMED_ZH):
+        for match in pattern.finditer(text):
+            if match.group(1).casefold() not in STOPWORDS:
+                found.append((match.start(1), match.group(1)))
+    out: list[str] = []
+    seen: set[str] = set()
+    lowered = [(start, name, name.casefold()) for start, name in sorted(found)]
+    for _, name, key in lowered:
+        if key in seen or key in _GENERIC or _MEMORY_ID.fullmatch(name) or len(key) < 2:
+            continue
+        if any(key != other and key in other and len(other) > len(key) for _, _, other in lowered):
+            continue
+        seen.add(key)
+        out.append(name)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# units
+
+
+@dataclass(frozen=True)
+class Unit:
+    canonical: str
+    dimension: str
+
+
+#: canonical unit -> (dimension, surface forms). Surface forms are matched as whole words (Latin) or as they
+#: stand (Chinese). A general lexicon of units, not of any task's conventions.
+_UNITS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "kg": ("mass", ("kg", "kgs", "kilogram", "kilograms", "kilo", "kilos", "千克", "公斤")),
+    "g": ("mass", ("gram", "grams", "克")),
+    "lb": ("mass", ("lb", "lbs", "pound", "pounds", "磅")),
+    "oz": ("mass", ("oz", "ounce", "ounces", "盎司")),
+    "t": ("mass", ("tonne", "tonnes", "ton", "tons", "吨")),
+    "m": ("length", ("metre", "metres", "meter", "meters", "米")),
+    "km": ("length", ("km", "kilometre", "kilometres", "kilometer", "kilometers", "公里", "千米")),
+    "cm": ("length", ("cm", "centimetre", "centimetres", "centimeter", "centimeters", "厘米")),
+    "mm": ("length", ("mm", "millimetre", "millimetres", "millimeter", "millimeters", "毫米")),
+    "mi": ("length", ("mile", "miles", "英里")),
+    "ft": ("length", ("ft", "foot", "feet", "英尺")),
+    "in": ("length", ("inch", "inches", "英寸")),
+    "l": ("volume", ("litre", "litres", "liter", "liters", "升")),
+    "ml": ("volume", ("ml", "millilitre", "millilitres", "milliliter", "milliliters", "毫升")),
+    "gal": ("volume", ("gal", "gallon", "gallons", "加仑")),
+    "s": ("time", ("sec", "secs", "second", "seconds", "秒")),
+    "ms": ("time", ("ms", "millisecond", "milliseconds", "毫秒")),
+    "us": ("time", ("microsecond", "microseconds", "微秒")),
+    "ns": ("time", ("nanosecond", "nanoseconds", "纳秒")),
+    "min": ("time", ("minute", "minutes", "mins", "分钟")),
+    "h": ("time", ("hour", "hours", "hrs", "小时")),
+    "d": ("time", ("day", "days", "天")),
+    "wk": ("time", ("week", "weeks", "周")),
+    "cent": ("money", ("cent", "cents", "美分", "分钱", "minor unit", "minor units")),
+    "usd": ("money", ("usd", "dollar", "dollars", "us$", "美元")),
+    "eur": ("money", ("eur", "euro", "euros", "欧元")),
+    "gbp": ("money", ("gbp", "sterling", "英镑")),
+    "jpy": ("money", ("jpy", "yen", "日元")),
+    "cny": ("money", ("cny", "rmb", "yuan", "人民币", "元")),
+    "percent": ("ratio", ("percent", "percentage", "percentages", "per cent", "%", "百分比", "百分数")),
+    "fraction": ("ratio", ("fraction", "fractions", "ratio", "小数")),
+    "bp": ("ratio", ("basis point", "basis points", "bps", "基点")),
+    "byte": ("size", ("byte", "bytes", "字节")),
+    "kb": ("size", ("kb", "kib", "kilobyte", "kilobytes", "kibibyte", "kibibytes")),
+    "mb": ("size", ("mb", "mib", "megabyte", "megabytes", "mebibyte", "mebibytes")),
+    "gb": ("size", ("gb", "gib", "gigabyte", "gigabytes", "gibibyte", "gibibytes")),
+    "wh": ("energy", ("wh", "watt-hour", "watt-hours", "瓦时")),
+    "kwh": ("energy", ("kwh", "kilowatt-hour", "kilowatt-hours", "kilowatt hour", "kilowatt hours", "千瓦时", "度电")),
+    "mwh": ("energy", ("mwh", "megawatt-hour", "megawatt-hours", "兆瓦时")),
+    "j": ("energy", ("joule", "joules", "焦耳")),
+    "celsius": ("temperature", ("celsius", "°c", "摄氏", "摄氏度")),
+    "fahrenheit": ("temperature", ("fahrenheit", "°f", "华氏", "华氏度")),
+    "kelvin": ("temperature", ("kelvin", "开尔文")),
+    "thousand": ("scale", ("thousand", "thousands", "千")),
+    "million": ("scale", ("million", "millions", "百万")),
+    "billion": ("scale", ("billion", "billions", "十亿")),
+}
+_SURFACE: Final[dict[str, str]] = {form: unit for unit, (_, forms) in _UNITS.items() for form in forms}
+_LATIN_FORMS: Final = sorted((f for f in _SURFACE if re.fullmatch(r"[a-z$°%][a-z$°%\- ]*", f)), key=len, reverse=True)
+_CJK_FORMS: Final = sorted((f for f in _SURFACE if re.search(f"[{CJK_CHARS}]", f)), key=len, reverse=True)
+_LATIN_UNIT: Final = re.compile(
+    r"(?<![\w/-])(?:" + "|".join(re.escape(f) for f in _LATIN_FORMS if f != "%") + r")(?![\w/-])|%", re.IGNORECASE
+)
+#: Chinese single-character units ("克", "米", "元", "千", "分") only next to a number or after 单位/以/按/用,
+#: where they cannot be part of another word.
+_CJK_UNIT: Final = re.compile("|".join(re.escape(f) for f in _CJK_FORMS))
+_CJK_UNIT_CONTEXT: Final = re.compile(r"(?:\d\s*|单位[是为]?|以|按|用|成|换算成|转换成|换成|折算成|是)$")
+
+
+def units(text: str) -> list[Unit]:
+    """The units `text` names, canonical and in order of first appearance."""
+    found: list[tuple[int, str]] = []
+    for match in _LATIN_UNIT.finditer(text):
+        form = match.group(0).casefold()
+        unit = _SURFACE.get(form) or _SURFACE.get(form.rstrip("s"))
+        if unit is None:
+            continue
+        found.append((match.start(), unit))
+    for match in _CJK_UNIT.finditer(text):
+        form = match.group(0)
+        if len(form) == 1 and not _CJK_UNIT_CONTEXT.search(text[: match.start()]):
+            continue
+        found.append((match.start(), _SURFACE[form]))
+    out: list[Unit] = []
+    for _, unit in sorted(found):
+        if all(u.canonical != unit for u in out):
+            out.append(Unit(unit, _UNITS[unit][0]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# numbers
+
+#: A number as written: optional sign and currency, thousands separators, decimals, a percent sign; clock offsets
+#: such as +05:30 are one number too.
+NUMBER: Final = re.compile(
+    r"(?:(?<![\w.])|(?<=(?<![A-Za-z])[xX]))(?<![A-Za-z][-_])(?P<sign>[-+−])?(?P<cur>[$€£¥])?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?P<clock>:\d{2})?(?P<pct>%)?(?![\w])"
+)
+
+
+@dataclass(frozen=True)
+class Number:
+    text: str
+    value: float
+    decimals: int
+    start: int
+    end: int
+
+    @property
+    def digits(self) -> int:
+        """How many digits it is written with (small integers are weak evidence of anything)."""
+        return sum(ch.isdigit() for ch in self.text)
+
+
+#: Dates and clock times are values of their own, not numbers ("08/01/2024", "2024-03-05", "14:30").
+_DATE_OR_TIME: Final = re.compile(
+    r"\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b(?!\s*(?:hours?|h\b))"
+)
+
+
+def numbers(text: str) -> list[Number]:
+    """Every number in `text` as written (dates and clock times excepted)."""
+    out: list[Number] = []
+    spans = [m.span() for m in _DATE_OR_TIME.finditer(text)]
+    for match in NUMBER.finditer(text):
+        if any(start <= match.start() < end for start, end in spans) and not match.group("sign"):
+            continue
+        raw = match.group("num").replace(",", "")
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if match.group("sign") in ("-", "−"):
+            value = -value
+        decimals = len(raw.split(".", 1)[1]) if "." in raw else 0
+        out.append(Number(match.group(0), value, decimals, match.start(), match.end()))
+    return out
+
+
+def number_key(value: float) -> str:
+    """A canonical text of a number (`1,000` and `1000.0` are "1000"; `0.45360` is "0.4536")."""
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a lesson's subject
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The terms a lesson is about: what recall matches and what tells two conventions apart."""
+
+    identifiers: tuple[str, ...] = ()
+    units: tuple[Unit, ...] = ()
+    numbers: tuple[str, ...] = ()  # canonical keys of the convention numbers
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(i.casefold() for i in self.identifiers)
+
+    @property
+    def unit_keys(self) -> frozenset[str]:
+        return frozenset(u.canonical for u in self.units)
+
+    @property
+    def dimensions(self) -> frozenset[str]:
+        return frozenset(u.dimension for u in self.units)
+
+    def terms(self) -> list[str]:
+        """The searchable terms: identifiers first, then unit names, then numbers."""
+        return [*self.identifiers, *(u.canonical for u in self.units), *self.numbers]
+
+    def union(self, other: Subject) -> Subject:
+        names = {i.casefold() for i in self.identifiers}
+        return Subject(
+            identifiers=(*self.identifiers, *(i for i in other.identifiers if i.casefold() not in names)),
+            units=(*self.units, *(u for u in other.units if u not in self.units)),
+            numbers=(*self.numbers, *(n for n in other.numbers if n not in self.numbers)),
+        )
+
+
+def subject_of(text: str, convention_numbers: Iterable[Number] = ()) -> Subject:
+    """The subject of one lesson text; `convention_numbers` are the numbers the instance filter kept."""
+    return Subject(
+        identifiers=tuple(identifiers(text)),
+        units=tuple(units(text)),
+        numbers=tuple(dict.fromkeys(number_key(n.value) for n in convention_numbers)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# does a request name a subject?
+
+_PART: Final = re.compile(r"[a-z]{4,}|[\u3400-\u9fff]{2,}")
+_EXTENSIONS: Final = frozenset(
+    "json jsonl ndjson csv tsv xml txt yaml toml html sql parquet xlsx conf config data file files".split()
+)
+
+
+def _parts(term: str) -> set[str]:
+    """The word parts of a name (`quillon_invoices_2024-05.json` → quillon, invoices): file extensions, digits and
+    short pieces carry no subject."""
+    return {part for part in _PART.findall(term.casefold()) if part not in _EXTENSIONS and part not in STOPWORDS}
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Equal, or one a plural or inflection of the other ("invoice"/"invoices", "weight"/"weights")."""
+    if a == b:
+        return True
+    short, long = sorted((a, b), key=len)
+    return len(short) >= 4 and long.startswith(short) and len(long) - len(short) <= 3
+
+
+def mentions(request: str, terms: Iterable[str]) -> bool:
+    """Whether `request` names one of a lesson's subject terms: the term itself (an identifier, a file, a flag), a
+    word part of it ("invoices" for `quillon_invoices_2024-05.json`), or the same unit ("kilograms" for kg)."""
+    lowered = request.casefold()
+    words = set(_PART.findall(lowered))
+    request_units = {u.canonical for u in units(request)}
+    for term in terms:
+        key = term.casefold().strip()
+        if not key:
+            continue
+        if key in request_units or (len(key) >= 3 and re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", lowered)):
+            return True
+        parts = _parts(key)
+        matched = sum(any(_same_word(part, word) for word in words) for part in parts)
+        # a one-word name must be named; a compound name (`marigold_catalog.csv`) needs two of its words, since
+        # one of them alone ("catalog", "orders") is as likely another subject's
+        if parts and matched >= min(2, len(parts)):
+            return True
+    return False

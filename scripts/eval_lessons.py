@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Lesson generalization: every corpus family through the real JSON-RPC service, per split and feedback style.
+
+    python scripts/eval_lessons.py                          # both splits, every style + mixed, both baselines
+    python scripts/eval_lessons.py --split report --style mixed --style user_zh
+    python scripts/eval_lessons.py --split dev --family parcel_weights --show   # print each injected text
+    python scripts/eval_lessons.py --out docs/eval/lessons.json
+
+Prints, per split: the service's figures per style, per family, and the baselines (`paste`: every earlier
+feedback of the family verbatim; `bm25`: the two best-matching earlier feedback texts) on the same work; then
+the targets on the report split. See `scripts/lessons/evaluate.py` for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lessons.corpus import SPLITS, load_corpus
+from lessons.evaluate import RUN_STYLES, Measures, RunResult, run_baseline, run_service, summarise
+
+#: The report split's targets.
+TARGETS = {"recall": 0.95, "leakedValues": 0, "inventedLines": 0, "unrelatedRate": 0.05}
+
+
+def _row(label: str, m: Measures) -> str:
+    return (
+        f"  {label:<22} recall {m.recalled:>3}/{m.needed:<3} {m.recall:6.1%}   unrelated {m.unrelated_tasks:>2}/{m.tasks:<3}"
+        f" {m.unrelated_rate:5.1%}   extra {m.extra:>3}   leaked {m.leaked:>3}   invented {m.invented:>3}"
+        f"   chars {m.mean_chars:6.0f} (max {m.max_chars})"
+    )
+
+
+def report(results: Sequence[RunResult], out: Any = sys.stdout) -> dict[str, Any]:
+    """Print the tables and return the JSON summary."""
+    summary: dict[str, Any] = {}
+    for split in SPLITS:
+        mine = [r for r in results if r.split == split]
+        if not mine:
+            continue
+        print(f"\n== {split} split", file=out)
+        service = [r for r in mine if r.arm == "service"]
+        records = [rec for r in service for rec in r.records]
+        total = Measures()
+        for rec in records:
+            total.add(rec)
+        print(" service, per style:", file=out)
+        by_style = summarise(records, lambda r: r.style if r.style else "?")
+        run_style = {rec.task: r.style for r in service for rec in r.records}
+        del run_style
+        for result in service:
+            m = Measures()
+            for rec in result.records:
+                m.add(rec)
+            print(_row(f"{result.style} ({result.wall_s:.0f} s)", m), file=out)
+        print(_row("all", total), file=out)
+        print(" service, per family (all styles):", file=out)
+        by_family = summarise(records, lambda r: r.family)
+        for name, m in sorted(by_family.items()):
+            print(_row(name, m), file=out)
+        print(" service, per feedback style of the taught task:", file=out)
+        for name, m in sorted(by_style.items()):
+            print(_row(name, m), file=out)
+        baselines: dict[str, Any] = {}
+        for arm in ("paste", "bm25"):
+            runs = [r for r in mine if r.arm == arm]
+            if not runs:
+                continue
+            m = Measures()
+            for result in runs:
+                for rec in result.records:
+                    m.add(rec)
+            baselines[arm] = m.as_json()
+            print(_row(f"baseline {arm}", m), file=out)
+        summary[split] = {
+            "service": total.as_json(),
+            "perRun": {r.style: _measures(r).as_json() for r in service},
+            "perFamily": {k: v.as_json() for k, v in by_family.items()},
+            "baselines": baselines,
+            "wallSeconds": round(sum(r.wall_s for r in service), 1),
+        }
+    if "report" in summary:
+        got = summary["report"]["service"]
+        checks = {
+            "recall": got["recall"] >= TARGETS["recall"],
+            "leakedValues": got["leakedValues"] <= TARGETS["leakedValues"],
+            "inventedLines": got["inventedLines"] <= TARGETS["inventedLines"],
+            "unrelatedRate": got["unrelatedRate"] <= TARGETS["unrelatedRate"],
+        }
+        summary["report"]["targetsMet"] = checks
+        print("\nreport split targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in checks.items()), file=out)
+    return summary
+
+
+def _measures(result: RunResult) -> Measures:
+    m = Measures()
+    for rec in result.records:
+        m.add(rec)
+    return m
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", choices=SPLITS, action="append", help="split(s) to run (default: both)")
+    parser.add_argument("--style", choices=RUN_STYLES, action="append", help="feedback style(s) (default: all)")
+    parser.add_argument("--family", action="append", default=[], help="only these families (repeatable)")
+    parser.add_argument("--no-baselines", action="store_true", help="skip the paste and BM25 baselines")
+    parser.add_argument("--show", action="store_true", help="print every injected text and what it carried")
+    parser.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE", help="service env var")
+    parser.add_argument("--out", type=Path, help="write the summary and every record as JSON")
+    args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.service_env)
+    results: list[RunResult] = []
+    started = time.perf_counter()
+    for split in args.split or SPLITS:
+        families = load_corpus(split=split, names=args.family)
+        if not families:
+            continue
+        for style in args.style or RUN_STYLES:
+            print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
+            result = run_service(families, style, env=env)
+            results.append(result)
+            if args.show:
+                for rec in result.records:
+                    print(f"\n--- {rec.family}/{rec.task} ({rec.style}) needed={rec.needed} recalled={rec.recalled}"
+                          f" extra={rec.extra} unrelated={rec.unrelated} leaked={rec.leaked} invented={rec.invented}")
+                    print(rec.injected or "(nothing injected)")
+            if not args.no_baselines:
+                results.extend(run_baseline(families, style, arm) for arm in ("paste", "bm25"))
+    summary = report(results)
+    summary["wallSeconds"] = round(time.perf_counter() - started, 1)
+    print(f"\nwall time {summary['wallSeconds']:.0f} s", file=sys.stderr)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "summary": summary,
+            "runs": [
+                {
+                    "split": r.split,
+                    "style": r.style,
+                    "arm": r.arm,
+                    "wallSeconds": r.wall_s,
+                    "records": [rec.__dict__ for rec in r.records] if r.arm == "service" else [],
+                    "experiences": r.experiences,
+                }
+                for r in results
+            ],
+        }
+        args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

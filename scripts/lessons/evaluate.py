@@ -1,0 +1,447 @@
+"""Every family of a split through the real JSON-RPC service, with scripted naive answers, and what came back.
+
+One run = one split, one feedback style (or `mixed`: the styles in turn, task by task), one freshly spawned service
+(its own data home, feedback window 0, no LLM unless asked). All families of the split share the service's one
+namespace, as a user's projects would, so a lesson that leaks into another family's task is seen. For each task in
+order:
+
+1. `turn.start` with the task's prompt (a session of its own per task) — the injected text is what is measured;
+2. `turn.end` with the naive answer written to the task's output file and stated in the reply;
+3. `feedback.submit` with the task's feedback in the run's style (`verifier_payload` also sends `raw.verifier`
+   with `passed`/`total`, the expected and the naive answer and the task id), then `memory.flush`.
+
+Measured at every `turn.start`, against what earlier tasks taught (`Measures`):
+
+* **recall** — for each convention the task needs that an earlier task of its family taught: does the injected
+  text carry the convention's key terms;
+* **unrelated** — does the injected text carry a lesson of another family (any of its conventions' key terms);
+  within the family, lessons the task does not need are counted apart (`extra`);
+* **leaked values** — answer values of earlier tasks (their expected and naive answers: numbers of three or more
+  digits or with decimals, strings of six or more characters) that appear in the injected text but in neither the
+  task's own prompt nor any feedback's lesson sentence of the convention;
+* **invented lines** — injected lines carrying a reading of a scale or unit (thousands, percent, fraction…) that
+  no feedback text or prompt of the run ever used;
+* **characters** injected per task.
+
+Two baselines run on the same tasks and feedback without the service: `paste` (every earlier feedback text of
+the family, verbatim, as a user would paste them) and `bm25` (the two earlier feedback texts of any family that
+rank best for the task's prompt under Okapi BM25).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lessons.corpus import STYLES, Family, Task
+from memos_bridge.client import ServiceClient
+
+#: The service environment of every run: learn at once, no LLM unless the caller adds one.
+SERVICE_ENV = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
+RUN_STYLES: tuple[str, ...] = (*STYLES, "mixed")
+#: Words that read a scale or a unit into a number; a line carrying one that no source text used is invented.
+READINGS = re.compile(
+    r"\b(?:thousands?|millions?|billions?|percent(?:age)?s?|per\s+cent|fractions?|basis\s+points?|"
+    r"in\s+cents|minor\s+units?|kilo(?:gram)?s?|pounds?|seconds?|milliseconds?|hours?|minutes?)\b",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+BM25_TOP = 2
+
+
+def style_of(run_style: str, index: int) -> str:
+    """The feedback style of the `index`-th task of a run (`mixed` takes the styles in turn)."""
+    return STYLES[index % len(STYLES)] if run_style == "mixed" else run_style
+
+
+def number_key(text: str) -> str:
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        return text
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def instance_values(task: Task) -> set[str]:
+    """The answer values of a task that would be a leak elsewhere: numbers with 3+ digits or decimals, and
+    strings of 6+ characters, from its expected and naive answers."""
+    out: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, bool) or value is None:
+            return
+        elif isinstance(value, int | float):
+            text = f"{value}"
+            if sum(c.isdigit() for c in text.rstrip("0").rstrip(".")) >= 3 or (isinstance(value, float) and value % 1):
+                out.add(number_key(text))
+        elif isinstance(value, str) and len(value.strip()) >= 6:
+            out.add(value.strip().casefold())
+
+    walk(task.expected)
+    walk(task.naive)
+    return out
+
+
+def values_in(text: str) -> set[str]:
+    return {number_key(m.group(0)) for m in _NUMBER.finditer(text)}
+
+
+def feedback_params(task: Task, style: str, episode_id: str, trace_ids: list[str]) -> dict[str, Any]:
+    """`feedback.submit` params of a task's feedback in `style`."""
+    params: dict[str, Any] = {
+        "episodeId": episode_id,
+        "traceId": trace_ids[-1] if trace_ids else None,
+        "channel": "explicit",
+        "polarity": "negative",
+        "magnitude": 1.0,
+        "raw": {"traceIds": trace_ids},
+    }
+    value = task.feedback[style]
+    if style == "verifier_payload":
+        block = dict(value) if isinstance(value, dict) else {"message": str(value)}
+        params["raw"]["verifier"] = {
+            "task": task.id,
+            "passed": block.get("passed", 0),
+            "total": block.get("total", 1),
+            "expected": task.expected,
+            "actual": task.naive,
+            "message": block.get("message", ""),
+        }
+    else:
+        params["rationale"] = str(value)
+    return {k: v for k, v in params.items() if v is not None}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# measures
+
+
+@dataclass
+class TaskRecord:
+    family: str
+    task: str
+    style: str
+    injected: str
+    needed: list[str]  # conventions needed and taught earlier in the family
+    recalled: list[str]
+    extra: list[str]  # the family's other taught conventions that came back
+    unrelated: list[str]  # "<family>/<convention>" of other families that came back
+    leaked: list[str]
+    invented: list[str]
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    turn_ms: float = 0.0
+
+
+@dataclass
+class Measures:
+    """Totals over task records, with the per-family and per-style breakdowns built by `summarise`."""
+
+    needed: int = 0
+    recalled: int = 0
+    tasks: int = 0
+    unrelated_tasks: int = 0
+    extra: int = 0
+    leaked: int = 0
+    invented: int = 0
+    chars: int = 0
+    max_chars: int = 0
+
+    def add(self, record: TaskRecord) -> None:
+        self.tasks += 1
+        self.needed += len(record.needed)
+        self.recalled += len(record.recalled)
+        self.unrelated_tasks += bool(record.unrelated)
+        self.extra += len(record.extra)
+        self.leaked += len(record.leaked)
+        self.invented += len(record.invented)
+        self.chars += len(record.injected)
+        self.max_chars = max(self.max_chars, len(record.injected))
+
+    @property
+    def recall(self) -> float:
+        return self.recalled / self.needed if self.needed else 1.0
+
+    @property
+    def unrelated_rate(self) -> float:
+        return self.unrelated_tasks / self.tasks if self.tasks else 0.0
+
+    @property
+    def mean_chars(self) -> float:
+        return self.chars / self.tasks if self.tasks else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "needed": self.needed,
+            "recalled": self.recalled,
+            "recall": round(self.recall, 4),
+            "tasks": self.tasks,
+            "unrelatedTasks": self.unrelated_tasks,
+            "unrelatedRate": round(self.unrelated_rate, 4),
+            "extra": self.extra,
+            "leakedValues": self.leaked,
+            "inventedLines": self.invented,
+            "meanChars": round(self.mean_chars, 1),
+            "maxChars": self.max_chars,
+        }
+
+
+def summarise(records: Iterable[TaskRecord], key: Callable[[TaskRecord], str]) -> dict[str, Measures]:
+    out: dict[str, Measures] = {}
+    for record in records:
+        out.setdefault(key(record), Measures()).add(record)
+    return out
+
+
+def measure(
+    family: Family,
+    task: Task,
+    style: str,
+    injected: str,
+    taught: dict[str, set[str]],
+    earlier: Sequence[tuple[Family, Task]],
+    sources: str,
+    lesson_texts: str,
+) -> TaskRecord:
+    """What one injected text carried (module docstring). `taught` maps family name → conventions taught so far;
+    `earlier` lists the tasks already run; `sources` is every feedback text and prompt of the run so far;
+    `lesson_texts` the feedback texts themselves (a value a feedback states as part of a rule is no leak)."""
+    mine = taught.get(family.name, set())
+    needed = [c for c in task.needs if c in mine]
+    recalled = [c for c in needed if family.conventions[c].carried_by(injected)]
+    extra = [c for c in sorted(mine - set(task.needs)) if family.conventions[c].carried_by(injected)]
+    unrelated: list[str] = []
+    for name, conventions in taught.items():
+        if name == family.name:
+            continue
+        other = next(f for f, _ in earlier if f.name == name)
+        unrelated += [f"{name}/{c}" for c in sorted(conventions) if other.conventions[c].carried_by(injected)]
+    own = values_in(task.prompt) | {v.casefold() for v in instance_values(task)}
+    present = values_in(injected)
+    lowered = injected.casefold()
+    leaked: set[str] = set()
+    for _, other_task in earlier:
+        for value in instance_values(other_task) - own:
+            hit = value in present if re.fullmatch(r"-?[\d.]+", value) else value in lowered
+            if hit and value not in values_in(_rule_numbers(lesson_texts)):
+                leaked.add(value)
+    invented = [
+        line.strip()
+        for line in injected.splitlines()
+        if any(m.group(0).casefold() not in sources for m in READINGS.finditer(line))
+    ]
+    return TaskRecord(
+        family.name, task.id, style, injected, needed, recalled, extra, unrelated, sorted(leaked), invented
+    )
+
+
+def _rule_numbers(text: str) -> str:
+    """The numbers feedback gives as parameters of a rule ("by 0.4536", "÷100", "+10 hours")."""
+    return " ".join(
+        m.group(1) for m in re.finditer(r"(?:by|[×x*/÷]|乘以|除以|加|减|UTC|GMT)\s*[-+]?\s*(\d[\d,]*(?:\.\d+)?)", text)
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the service run
+
+
+@dataclass
+class RunResult:
+    split: str
+    style: str
+    arm: str  # service | paste | bm25
+    records: list[TaskRecord]
+    wall_s: float
+    experiences: list[dict[str, Any]] = field(default_factory=list)
+
+
+def naive_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
+    """The scripted agent's steps and reply: it writes the naive answer and says what it found."""
+    answer = json.dumps(task.naive, ensure_ascii=False)
+    calls = [
+        {"name": "read_file", "input": {"path": task.files[0] if task.files else "input"}, "output": "(read)"},
+        {"name": "write_file", "input": {"path": task.output, "content": answer}, "output": "ok"},
+    ]
+    return calls, f"Done: wrote {task.output} with {answer}."
+
+
+def run_service(
+    families: Sequence[Family],
+    run_style: str,
+    *,
+    env: dict[str, str] | None = None,
+    home: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    rpc_timeout_s: float = 180.0,
+) -> RunResult:
+    """Every family of `families` in order through one spawned service (module docstring)."""
+    started = time.perf_counter()
+    records: list[TaskRecord] = []
+    taught: dict[str, set[str]] = {}
+    earlier: list[tuple[Family, Task]] = []
+    sources: list[str] = []
+    feedback_texts: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="memos-lessons-") as scratch:
+        data_home = home or Path(scratch) / "home"
+        client = ServiceClient.spawn(
+            data_home, env={**SERVICE_ENV, **(env or {})}, stderr=open(Path(scratch) / "service.log", "wb")
+        )
+        try:
+            client.call("core.health", {}, timeout=rpc_timeout_s)
+            ts = 1_700_000_000_000
+            for family in families:
+                for index, task in enumerate(family.tasks):
+                    style = style_of(run_style, index)
+                    ts += 3 * 3_600_000  # hours apart: every task is a new episode
+                    session = f"{family.name}-{task.id}"
+                    sources.append(task.prompt)
+                    t0 = time.perf_counter()
+                    result = client.call(
+                        "turn.start",
+                        {"agent": "lessons-eval", "sessionId": session, "userText": task.prompt, "ts": ts},
+                        timeout=rpc_timeout_s,
+                    )
+                    turn_ms = (time.perf_counter() - t0) * 1000
+                    injected = str(result.get("injectedContext") or "")
+                    record = measure(
+                        family, task, style, injected, taught, earlier, "\n".join(sources).casefold(),
+                        "\n".join(feedback_texts),
+                    )
+                    record.hits = [
+                        {k: h.get(k) for k in ("refKind", "refId", "score", "channels")} for h in result.get("hits") or []
+                    ]
+                    record.turn_ms = round(turn_ms, 1)
+                    records.append(record)
+                    episode = result["query"]["episodeId"]
+                    calls, reply = naive_reply(task)
+                    ended = client.call(
+                        "turn.end",
+                        {
+                            "agent": "lessons-eval",
+                            "sessionId": session,
+                            "episodeId": episode,
+                            "agentText": reply,
+                            "toolCalls": calls,
+                            "ts": ts + 60_000,
+                        },
+                        timeout=rpc_timeout_s,
+                    )
+                    params = feedback_params(task, style, episode, list(ended.get("traceIds") or []))
+                    params["ts"] = ts + 120_000
+                    client.call("feedback.submit", params, timeout=rpc_timeout_s)
+                    client.call("memory.flush", {}, timeout=rpc_timeout_s)
+                    text = task.feedback_text(style)
+                    sources.append(text)
+                    feedback_texts.append(text)
+                    taught.setdefault(family.name, set()).update(task.needs)
+                    earlier.append((family, task))
+                    if progress:
+                        progress(f"{family.name}/{task.id} {style}: {len(record.recalled)}/{len(record.needed)} recalled")
+            policies = client.call("memory.list_policies", {"limit": 500}, timeout=rpc_timeout_s)["policies"]
+        finally:
+            client.close()
+    experiences = [
+        {k: p.get(k) for k in ("id", "experienceType", "status", "title", "support", "procedure", "trigger")}
+        for p in policies
+        if p.get("inducedBy") == "feedback.experience"
+    ]
+    split = families[0].split if families else ""
+    return RunResult(split, run_style, "service", records, round(time.perf_counter() - started, 1), experiences)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# baselines
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9_]+|[\u4e00-\u9fff]", text.lower())
+
+
+class Bm25:
+    """Okapi BM25 (k1 = 1.5, b = 0.75) over a growing list of documents."""
+
+    def __init__(self) -> None:
+        self.docs: list[list[str]] = []
+        self.texts: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.docs.append(_words(text))
+        self.texts.append(text)
+
+    def top(self, query: str, k: int) -> list[str]:
+        if not self.docs:
+            return []
+        n = len(self.docs)
+        average = sum(map(len, self.docs)) / n
+        frequency = Counter(word for doc in self.docs for word in set(doc))
+        scored: list[tuple[float, int]] = []
+        for index, doc in enumerate(self.docs):
+            counts = Counter(doc)
+            score = 0.0
+            for word in set(_words(query)):
+                if word not in counts:
+                    continue
+                idf = math.log(1 + (n - frequency[word] + 0.5) / (frequency[word] + 0.5))
+                tf = counts[word]
+                score += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * len(doc) / average))
+            scored.append((score, index))
+        return [self.texts[i] for score, i in sorted(scored, reverse=True)[:k] if score > 0]
+
+
+def run_baseline(families: Sequence[Family], run_style: str, arm: str) -> RunResult:
+    """The `paste` or `bm25` baseline on the same tasks and feedback (module docstring)."""
+    started = time.perf_counter()
+    records: list[TaskRecord] = []
+    taught: dict[str, set[str]] = {}
+    earlier: list[tuple[Family, Task]] = []
+    sources: list[str] = []
+    feedback_texts: list[str] = []
+    index_all = Bm25()
+    for family in families:
+        pasted: list[str] = []
+        for index, task in enumerate(family.tasks):
+            style = style_of(run_style, index)
+            sources.append(task.prompt)
+            if arm == "paste":
+                injected = "\n".join(pasted)
+            else:
+                injected = "\n".join(index_all.top(task.prompt, BM25_TOP))
+            records.append(
+                measure(
+                    family, task, style, injected, taught, earlier, "\n".join(sources).casefold(),
+                    "\n".join(feedback_texts),
+                )
+            )
+            text = _baseline_text(task, style)
+            pasted.append(text)
+            index_all.add(text)
+            sources.append(task.feedback_text(style))
+            feedback_texts.append(task.feedback_text(style))
+            taught.setdefault(family.name, set()).update(task.needs)
+            earlier.append((family, task))
+    split = families[0].split if families else ""
+    return RunResult(split, run_style, arm, records, round(time.perf_counter() - started, 2))
+
+
+def _baseline_text(task: Task, style: str) -> str:
+    """The feedback as a person would paste it: the words, and for a verifier payload its values too."""
+    text = task.feedback_text(style)
+    if style == "verifier_payload":
+        expected = json.dumps(task.expected, ensure_ascii=False)
+        actual = json.dumps(task.naive, ensure_ascii=False)
+        text = f"{text} (expected {expected}, actual {actual})"
+    return text
