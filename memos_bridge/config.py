@@ -116,7 +116,7 @@ class RetrievalSettings(_Section):
     )
     compact_max_chars: int = Field(800, ge=200, description="Budget of a compact injected block.")
     lesson_min_similarity: float = Field(
-        0.5,
+        0.6,
         ge=0,
         le=1,
         description="A lesson whose subject terms the request does not name is recalled only at this cosine or "

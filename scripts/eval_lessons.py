@@ -30,8 +30,9 @@ TARGETS = {"recall": 0.95, "leakedValues": 0, "inventedLines": 0, "unrelatedRate
 
 def _row(label: str, m: Measures) -> str:
     return (
-        f"  {label:<22} recall {m.recalled:>3}/{m.needed:<3} {m.recall:6.1%}   unrelated {m.unrelated_tasks:>2}/{m.tasks:<3}"
-        f" {m.unrelated_rate:5.1%}   extra {m.extra:>3}   leaked {m.leaked:>3}   invented {m.invented:>3}"
+        f"  {label:<22} recall {m.recalled:>3}/{m.needed:<3} {m.recall:6.1%}"
+        f"   unrelated {m.unrelated_tasks:>2}/{m.tasks:<3} {m.unrelated_rate:5.1%}   extra {m.extra:>3}"
+        f"   leaked {m.leaked:>3}   invented {m.invented:>3}"
         f"   chars {m.mean_chars:6.0f} (max {m.max_chars})"
     )
 
@@ -93,7 +94,10 @@ def report(results: Sequence[RunResult], out: Any = sys.stdout) -> dict[str, Any
             "unrelatedRate": got["unrelatedRate"] <= TARGETS["unrelatedRate"],
         }
         summary["report"]["targetsMet"] = checks
-        print("\nreport split targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in checks.items()), file=out)
+        print(
+            "\nreport split targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in checks.items()),
+            file=out,
+        )
     return summary
 
 
@@ -127,8 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(result)
             if args.show:
                 for rec in result.records:
-                    print(f"\n--- {rec.family}/{rec.task} ({rec.style}) needed={rec.needed} recalled={rec.recalled}"
-                          f" extra={rec.extra} unrelated={rec.unrelated} leaked={rec.leaked} invented={rec.invented}")
+                    print(
+                        f"\n--- {rec.family}/{rec.task} ({rec.style}) needed={rec.needed} recalled={rec.recalled}"
+                        f" extra={rec.extra} unrelated={rec.unrelated} leaked={rec.leaked} invented={rec.invented}"
+                    )
                     print(rec.injected or "(nothing injected)")
             if not args.no_baselines:
                 results.extend(run_baseline(families, style, arm) for arm in ("paste", "bm25"))

@@ -818,18 +818,20 @@ class Retriever:
         kept: list[Candidate] = []
         for cand in candidates:
             terms = _subject_terms(cand.payload)
-            if terms and not mentions(request, terms) and _vector_score(cand) < floor:
-                continue
+            world = isinstance(cand.payload, WorldSnippet)
+            if (terms or world) and not (terms and mentions(request, terms)) and _vector_score(cand) < floor:
+                continue  # a world model that names no subject needs a close match in meaning
             kept.append(cand)
         return kept
 
     def _identifier_gate(self, candidates: list[Candidate], keywords: KeywordQuery) -> list[Candidate]:
-        """A query naming a long identifier wants memories that contain it, when any do."""
+        """A query naming a long identifier wants steps that contain it, when any do. Lessons are left to the
+        subject gate: one learnt on a sibling export (`…_apr12.txt` for a task on `…_apr13.txt`) applies as well."""
         if not any(len(i) >= LONG_IDENTIFIER for i in keywords.identifiers):
             return candidates
-        if not any("exact" in c.channels for c in candidates if c.kind in ("trace", "experience")):
+        if not any("exact" in c.channels for c in candidates if c.kind == "trace"):
             return candidates
-        return [c for c in candidates if c.kind in ("skill", "world_model") or "exact" in c.channels]
+        return [c for c in candidates if c.kind != "trace" or "exact" in c.channels]
 
     def _rollup_episodes(self, candidates: list[Candidate]) -> list[str]:
         """The (at most MAX_ROLLUPS) past tasks with several matching steps, best-matching first.

@@ -35,15 +35,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from memos_bridge.rules.subjects import NUMBER, Number, numbers
+from memos_bridge.rules.subjects import NUMBER, Number, numbers, units
 from memos_bridge.rules.text import CJK_CHARS, squash
 from memos_bridge.rules.tokens import content_tokens
+from memos_bridge.rules.verbs import has_verb
 
 #: Right before a number, these make it a parameter of a rule (checked on the 24 characters before it).
 _PROTECT_BEFORE: Final = re.compile(
     r"(?:\b(?:by|times|per|every|each|port|version|ver|release|utc|gmt|offset|top|first|last|within|under|over|"
     r"above|below|least|most|max|maximum|min|minimum|limit|batch(?:es)?\s+of|chunks?\s+of|page\s+size|size|"
-    r"exponent|base|factor|rate\s+of|step\s+of|mod|modulo|divided\s+by|multiplied\s+by|plus|minus)"
+    r"exponent|base|factor|rate\s+of|step\s+of|mod|modulo|divided\s+by|multiplied\s+by|plus|minus|standard|"
+    r"default|fixed|flat|nominal|usual|normal|regular|minimum|maximum|threshold|cut-?off|limit\s+of|cap\s+of)"
     r"|[×x*/÷^]|\bv|乘以|乘|除以|除|每|端口|版本|保留|前|后|偏移|加|减|时区|utc|gmt)\s*[-+−]?\s*[$€£¥]?$",
     re.IGNORECASE,
 )
@@ -53,6 +55,19 @@ _PROTECT_AFTER: Final = re.compile(
     r"[×x](?=\s|$))",
     re.IGNORECASE,
 )
+#: "like", "e.g.", "for example", "比如": what follows illustrates the rule …
+_EXAMPLE_BEFORE: Final = re.compile(
+    r"(?:\blike|\be\.g\.?|\bfor\s+example|\bfor\s+instance|\bsuch\s+as|\bsay|\bi\.e\.?|比如|例如|像|如)\s*[:,]?\s*[`'\"“]?$",
+    re.IGNORECASE,
+)
+_EXAMPLE_OPENING: Final = re.compile(
+    r"^\W*(?:like|e\.g\.?|for\s+example|for\s+instance|such\s+as|i\.e\.?|比如|例如)\b", re.IGNORECASE
+)
+#: … when it shows a format (a clock, a date, a code with letters), not just a quantity.
+_FORMATTED: Final = re.compile(r"\d{1,4}[:/.-]\d{1,4}|\d+[A-Za-z]|[A-Za-z]+-?\d")
+#: A range ("0-100", "1–12", "0 到 100") is a parameter of a rule, both ends of it.
+_RANGE_AFTER: Final = re.compile(r"^\s*(?:[-–~]|to|到|至)\s*[-+]?\d")
+_RANGE_BEFORE: Final = re.compile(r"\d\s*(?:[-–~]|to|到|至)\s*$")
 #: Words that put the number after them in an answer's place (up to ~40 characters before it, same clause).
 _ANSWER_CUE: Final = re.compile(
     r"(?:\b(?:expected|expecting|expect|got|getting|gets|get|actual|actually|answer(?:ed)?|result(?:s|ed)?|"
@@ -61,23 +76,57 @@ _ANSWER_CUE: Final = re.compile(
     r"instead\s+of|rather\s+than|not|vs\.?|versus|was|were|you\s+(?:had|have|got|wrote|reported|returned|gave|"
     r"computed|calculated|summed|counted|said|put|submitted|produced|printed|output|answered)|reported|returned|"
     r"computed|calculated|printed|produced|gave|equals?|correct(?:\s+one)?|right(?:\s+one)?|real|true|"
-    r"(?:counted|summed|found|picked|chose|listed|used|wrote|reported|returned|got|gave|added\s+up)(?:\s+\w+)?)\b"
+    r"(?:counted|summed|found|picked|chose|listed|used|wrote|reported|returned|got|gave|added\s+up)(?:\s+\w+)?|"
+    r"it'?s|it\s+is|that'?s|that\s+is|this\s+is|needs|wants|requires|expects)\b"
     r"|[=≠→]|->|!=|期望|预期|实际|得到|算出|算成|算的是|算出来|答案|结果|应为|应是|应该是|应该为|应当是|正确的是|正确值|"
     r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|一共)"
-    r"[^,;:，；：。()（）]{0,40}$",
+    r"(?:\s*(?:is|was|be|of|at|as|to|about|around|only|just|a|an|the|just|是|为|了|的)\b)*\s*[$€£¥]?\s*$",
     re.IGNORECASE,
 )
 #: A unit or currency word right after a number with decimals ("533.75 dollars", "41.2 kg", "7.5 hours").
-_MEASURE_AFTER: Final = re.compile(r"^\s*(?:[A-Za-z]{1,12}\b|%|[\u4e00-\u9fff])")
+_MEASURE_AFTER: Final = re.compile(r"^\s*(?P<word>[A-Za-z]{1,12}\b|%|[\u4e00-\u9fff]{1,3})")
 #: A clause that states a result: "the top customer is …", "the latest real file is …", "your total was …",
 #: "it should be assets/x.glb" (a value, not a rule: what follows the copula is a name, a path or a number).
 _RESULT_CLAUSE: Final = re.compile(
     r"\b(?:the|your|its|their)\s+(?:\w+\s+){0,2}?(?:top|latest|earliest|newest|oldest|biggest|largest|smallest|"
-    r"highest|lowest|most|least|best|worst|right|correct|real|actual|final|true|busiest|cheapest|longest|shortest)\b"
+    r"highest|lowest|most|least|best|worst|right|correct|real|actual|final|true|busiest|cheapest|longest|shortest|"
+    r"full|complete|whole|exact|proper)\b"
     r"[^,;:]*?\b(?:is|was|are|were|would\s+be|comes?\s+(?:out\s+)?(?:to|at))\b|"
+    r"\b(?:is|was|are|were)\s+(?:the\s+)?(?:top|lowest|highest|largest|smallest|biggest|most|least|best|worst|"
+    r"latest|earliest|busiest|cheapest)\b|"
     r"^\W*(?:it|this|that|the\s+(?:answer|result|value|path|command|output|figure|total))\s+"
     r"(?:should|must|would|needs?\s+to)\s+(?:have\s+)?(?:be(?:en)?|read|say)\s+[`'\"“]?[\w./-]*[\d/_.][\w./-]*|"
-    r"(?:正确答案|答案|结果|正确的(?:值|结果|路径|命令)?)(?:应该)?(?:是|为)",
+    r"(?:正确答案|答案|结果|正确的(?:值|结果|路径|命令)?)(?:应该)?(?:是|为)|最[多少大小高低早晚新旧长短贵便]的(?:是|为)|"
+    r"\b(?:comes?|came)\s+out\s+on\s+top\b|\btop\s+(?:is|was)\b|\bis\s+on\s+top\b|"
+    r"\b(?:oldest|newest|latest|earliest|top|biggest|largest|smallest|lowest|highest|busiest|cheapest)\s+(?:is\s+|was\s+)?"
+    r"[`'\"“]?[A-Za-z][\w.-]*\d[\w.-]*|"
+    r"\b(?:that|this|which|so|hence|thus)\b[^,;:]*\b(?:is|was|are|were|comes\s+to|equals)\s+[`'\"“]?[A-Za-z]*\d[\w./-]*"
+    r"[`'\"”]?\W*$",
+    re.IGNORECASE,
+)
+#: A quoted value in an answer's place ("expected 'ferryctl scale …'", "got \"2024-Q1\"", "should be `x.glb`").
+_QUOTED_ANSWER: Final = re.compile(
+    r"\b(?:expected|got|actual|should\s+(?:have\s+)?be(?:en)?|must\s+be|answer\s+(?:is|was)|result\s+(?:is|was))\s*[:=]?\s*"
+    r"[`'\"“]",
+    re.IGNORECASE,
+)
+#: A terse note that ends on one value after ":", "→" or "=" ("fiscal quarters (FY from July): FY24-Q3"): the
+#: value is this attempt's answer, the words before it the rule.
+_TRAILING_VALUE: Final = re.compile(r"\s*(?:[:=→]|->)\s*[`'\"“]?[\w.$€£¥%-]*\d[\w.%-]*[`'\"”]?\s*$")
+#: A clause that only labels the value after it ("expected", "got", "actual", "want", "期望", "实际").
+_ANSWER_LABEL: Final = re.compile(
+    r"\W*(?:expected|got|actual|want|wanted|answer|result|output|yours|mine|correct|right|should\s+be|期望|预期|实际|"
+    r"应为|答案|结果)\W*",
+    re.IGNORECASE,
+)
+_VALUE_SEPARATORS: Final = frozenset({":", "：", "=", "→", "->"})
+_SINGLE_VALUE: Final = re.compile(r"[`'\"“]?[\w./$€£¥%-]*\d[\w./%-]*[`'\"”]?")
+#: "expected header X", "got delimiter ';'", "wanted encoding UTF-8": a value named with its kind is a convention
+#: (which header, which delimiter), not an answer.
+_KIND_VALUE: Final = re.compile(
+    r"\b(?:expected|expecting|got|wanted|wants|requires?|needs?)\s+(?:a\s+|an\s+|the\s+)?(?:header|flag|option|"
+    r"format|unit|encoding|charset|delimiter|separator|prefix|suffix|scheme|method|verb|time\s*zone|timezone|"
+    r"locale|case|key\s+name|field\s+name|column\s+name|extension|protocol)\b",
     re.IGNORECASE,
 )
 #: Words that carry a verdict, not content ("FAIL for pw-3", "check total_kg: mismatch").
@@ -93,12 +142,18 @@ _VERDICT_ZH: Final = re.compile("不对|错误|错了|失败|通过|不匹配|�
 _ID_SHAPE: Final = re.compile(r"\b[A-Za-z]{1,12}[-_#]?\d{1,6}[A-Za-z]?\b")
 #: Clause boundaries inside a sentence (kept with the clause text so it can be put back together).
 _CLAUSE: Final = re.compile(
-    r"(\s*[;；，、]\s*|,\s+|\s*[:：]\s+|：|\s+[—–-]{1,2}\s+|—|\s*[(（]|[)）]\s*|\s+(?:but|so|and\s+so|because|whereas|"
+    r"(\s*[;；，、]\s*|,\s+|\s*[:：]\s+|：|\s*(?:→|->)\s*|\s+=\s+|\s+[—–-]{1,2}\s+|—|\s*[(（]|[)）]\s*|"
+    r"\s+(?:but|so|and\s+so|because|whereas|"
     r"while)\s+|但是|但|所以|因此|因为)",
     re.IGNORECASE,
 )
+_CJK_ONLY: Final = re.compile(f"[{CJK_CHARS}]+")
+#: Chinese function characters: a bigram made of these alone carries no content.
+_ZH_FUNCTION: Final = frozenset(
+    "的了是在和与也就都而及或但所以因为这那个些着过吗呢吧啊呀之其被把将对于为从到向即还又再很更最"
+)
 _CONTRAST: Final = re.compile(r"\bnot\b|\bvs\.?|\binstead\b|\bbut\b|而不是|不是|却|->|→|=", re.IGNORECASE)
-_SENTENCE_PUNCT: Final = re.compile(r"^[\s,.;:!?，。；：！？、)）(（\-—–]+|[\s,;:，；：、(（\-—–]+$")
+_SENTENCE_PUNCT: Final = re.compile(r"^(?:[\s,.;:!?，。；：！？、)）(（—–]|-(?![-\w]))+|[\s,;:，；：、(（\-—–]+$")
 
 
 def _flat_values(value: Any, depth: int = 0) -> Iterable[Any]:
@@ -207,13 +262,18 @@ class Filtered:
     text: str  # what is left ("" when nothing is)
     removed: tuple[str, ...] = ()  # the instance phrases taken out (for the record)
     parameters: tuple[Number, ...] = field(default_factory=tuple)  # numbers that stay as parameters of a rule
+    cut: bool = False  # a kept clause lost part of itself (what is left may not read as a sentence)
 
 
 def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     """ "protected", "instance" or "neutral" for one number of `sentence` (module docstring, in that order)."""
     before = sentence[max(0, number.start - 24) : number.start]
     after = sentence[number.end : number.end + 24]
-    if _PROTECT_BEFORE.search(before) or _PROTECT_AFTER.match(after):
+    if _PROTECT_BEFORE.search(before) or _PROTECT_AFTER.match(after) or _RANGE_AFTER.match(after):
+        return "protected"
+    if _EXAMPLE_BEFORE.search(before) and _FORMATTED.match(sentence[number.start :]):
+        return "protected"  # "like 5:10", "e.g. 08/01/2024": a value shown to illustrate a format
+    if _RANGE_BEFORE.search(before):
         return "protected"
     if context.has_value(number):
         return "instance"
@@ -223,8 +283,11 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     )
     if _ANSWER_CUE.search(sentence[clause_start : number.start]):
         return "instance"
-    if number.decimals and (number.text[:1] in "$€£¥" or _MEASURE_AFTER.match(after)):
+    measure = _MEASURE_AFTER.match(after)
+    if number.decimals and (number.text[:1] in "$€£¥" or (measure is not None and units(measure.group("word")))):
         return "instance"  # a measured amount ("533.75 dollars", "$63.75", "41.2 kg"): a result, not a rule
+    if number.decimals >= 2:
+        return "instance"  # a computed figure (293.76); a rule's own decimals sit after an operator (× 0.4536)
     return "neutral"
 
 
@@ -238,17 +301,24 @@ def _contrasted(sentence: str, found: list[Number]) -> set[int]:
     return out
 
 
+_QUOTED_SPAN: Final = re.compile(r"`[^`\n]*`|'[^'\n]{1,80}'|\"[^\"\n]{1,120}\"|“[^”\n]{1,120}”")
+
+
 def clauses(sentence: str) -> list[tuple[str, str]]:
-    """(separator before it, clause) pairs; joining them gives the sentence back."""
-    parts = _CLAUSE.split(sentence)
+    """(separator before it, clause) pairs; joining them gives the sentence back. Nothing inside quotes splits a
+    clause ('Lindqvist, M.' is one value)."""
+    quoted = list(_QUOTED_SPAN.finditer(sentence))
+    masked = sentence
+    for match in quoted:
+        masked = masked[: match.start()] + "\x00" * (match.end() - match.start()) + masked[match.end() :]
     out: list[tuple[str, str]] = []
     separator = ""
-    for index, part in enumerate(parts):
-        if index % 2 == 1:
-            separator = part
-        else:
-            out.append((separator, part))
-            separator = ""
+    position = 0
+    for match in _CLAUSE.finditer(masked):
+        out.append((separator, sentence[position : match.start()]))
+        separator = sentence[match.start() : match.end()]
+        position = match.end()
+    out.append((separator, sentence[position:]))
     return out
 
 
@@ -259,14 +329,20 @@ _VERDICT_OPENING: Final = re.compile(
     r"assert(?:ion)?)\b",
     re.IGNORECASE,
 )
+_VERDICT_WORD: Final = re.compile(r"\b(?:fail(?:ed|s|ure)?|pass(?:ed|es)?|mismatch(?:ed)?|errors?|ok)\b", re.I)
+_LEADING_ID: Final = re.compile(r"^\W*\[?([A-Za-z]{1,12}[-_#]?\d{1,6}[A-Za-z]?)\]?(?=[\s:,.;)\]]|$)")
 _WORD_WITH_DIGIT: Final = re.compile(r"\b[A-Za-z][\w.-]*\d[\w.-]*\b|\b\d+[A-Za-z_][\w.-]*\b")
 
 
 def _identity_tokens(text: str, context: InstanceContext) -> set[str]:
     """Tokens of `text` that name this task or check rather than say anything: the known ids, id-shaped words
     (`pw-3`, `case_12`) and the word after "for"/"check"/"task" in a verdict."""
-    out = {t.casefold() for t in _ID_SHAPE.findall(text)}
-    out |= {i for i in context.ids}
+    verdict = _VERDICT_OPENING.match(text) or _VERDICT_WORD.search(text)
+    out = {t.casefold() for t in _ID_SHAPE.findall(text)} if verdict else set()
+    leading = _LEADING_ID.match(text)
+    if leading:  # verifier lines open with the task or check they report on ("tw-1 command", "[kf-2] FAIL")
+        out.add(leading.group(1).casefold())
+    out |= {i for i in context.ids if i in text.casefold()}
     for match in re.finditer(r"\b(?:for|check|task|test|case)\s+([\w.-]+)", text, re.IGNORECASE):
         if re.search(r"\d", match.group(1)):
             out.add(match.group(1).casefold())
@@ -287,6 +363,8 @@ def has_content(text: str, context: InstanceContext) -> bool:
     for token in content_tokens(stripped):
         if token in VERDICT_WORDS or token in context.fields or token.isdigit():
             continue
+        if _CJK_ONLY.fullmatch(token) and (len(token) < 2 or all(ch in _ZH_FUNCTION for ch in token)):
+            continue  # one character, or function characters only ("也就", "是"): no content in Chinese
         return True
     return False
 
@@ -331,6 +409,9 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         role = number_role(sentence, number, context)
         roles.append("instance" if index in contrasted and role != "protected" else role)
     pieces: list[tuple[str, str | None]] = []  # (separator, clause text); None = a dropped clause
+    cut = False
+    previous_label = False
+    dropped = _has_instance(sentence, found, roles, context)
     removed: list[str] = []
     offset = 0
     for separator, clause in clauses(sentence):
@@ -340,17 +421,43 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         if not clause.strip():
             pieces.append((separator, ""))
             continue
+        label_before = previous_label
+        previous_label = bool(_ANSWER_LABEL.fullmatch(clause.strip()))
+        if separator.strip() in _VALUE_SEPARATORS and (
+            _SINGLE_VALUE.fullmatch(clause.strip(" .;。")) or label_before or _near_answer(clause, context)
+        ):
+            # "…(FY from July): FY24-Q3", "expected: tw --workspace … run x", ": tw run x --flag": the value
+            # after a colon that is this attempt's answer (or a corrected copy of it)
+            removed.append(squash(clause))
+            pieces.append(("", None))
+            continue
+        shown = [r for n, r in zip(found, roles, strict=True) if n.text in clause]
+        if _EXAMPLE_OPENING.match(clause) and _FORMATTED.search(clause) and "instance" not in shown:
+            pieces.append((separator, clause))  # "like 5:10", "e.g. FY24-Q1": an example of the format
+            continue
+        if len(clause.strip(" .;,")) <= 3 and pieces and pieces[-1][1]:
+            pieces.append((separator, clause))  # "Surname, I.": a tiny tail belongs to the kept clause before it
+            continue
         inside = [(n, r) for n, r in zip(found, roles, strict=True) if clause_start <= n.start < clause_end]
         text = clause
         for number, role in sorted(inside, key=lambda item: item[0].start, reverse=True):
             if role == "instance" and text and number.end - clause_start <= len(text):
                 text = _strip_phrase(text, number, clause_start)
-        if any(value in text.casefold() for value in context.strings) or _RESULT_CLAUSE.search(text):
+        if _KIND_VALUE.search(clause):
+            pass  # "expected header X-Token, got Authorization": what kind of thing, and which: a convention
+        elif (
+            any(value in text.casefold() for value in context.strings)
+            or _RESULT_CLAUSE.search(text)
+            or _QUOTED_ANSWER.search(text)
+        ):
             text = ""
+        else:
+            text = _TRAILING_VALUE.sub("", text) if _TRAILING_VALUE.search(text) and not has_verb(text) else text
         parameter = any(role == "protected" and number.text in text for number, role in inside)
-        if text.strip() and (has_content(text, context) or parameter):
+        if text.strip() and (has_content(text, context) or parameter) and not (dropped and _fragment(text, inside)):
             if text != clause:
                 removed.append(squash(clause))
+                cut = True
             pieces.append((separator, text))
         else:
             removed.append(squash(clause))
@@ -362,7 +469,52 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
     if rebuilt and not re.search(r"[.!?。！？]$", rebuilt) and re.search(r"[.!?。！？]$", original):
         rebuilt += original[-1]
     parameters = tuple(n for n, r in zip(found, roles, strict=True) if r == "protected" and n.text in rebuilt)
-    return Filtered(rebuilt, tuple(dict.fromkeys(removed)), parameters)
+    removed = [piece for piece in removed if piece.strip(" .,;:!?。，；：")]
+    return Filtered(rebuilt, tuple(dict.fromkeys(removed)), parameters, cut)
+
+
+_VALUE_TOKEN: Final = re.compile(r"[\w.$€£¥%/-]+")
+
+
+def _near_answer(clause: str, context: InstanceContext) -> bool:
+    """Whether a clause restates this attempt's answer with edits ("tw --workspace ws-4471 run nightly-orders" for
+    the answer "tw run nightly-orders"): most of the answer's words, in its order."""
+    words = _VALUE_TOKEN.findall(clause.casefold())
+    for value in context.strings:
+        wanted = _VALUE_TOKEN.findall(value)
+        if len(wanted) < 2:
+            continue
+        position = 0
+        found = 0
+        for token in wanted:
+            if token in words[position:]:
+                position = words.index(token, position) + 1
+                found += 1
+        if found / len(wanted) >= 0.6:
+            return True
+    return False
+
+
+def _has_instance(sentence: str, found: list[Number], roles: list[str], context: InstanceContext) -> bool:
+    """Whether the sentence states anything of this attempt (then its verbless pieces are suspect)."""
+    if "instance" in roles or _RESULT_CLAUSE.search(sentence):
+        return True
+    lowered = sentence.casefold()
+    return any(value in lowered for value in context.strings)
+
+
+#: A token shaped like a format or a name (`FYyy-Qn`, `H:MM`, `snake_case`): a clause of one such token says
+#: something even without a verb.
+_PATTERN_TOKEN: Final = re.compile(r"\b[A-Za-z]+[-_:/][A-Za-z]+\b")
+
+
+def _fragment(text: str, inside: list[tuple[Number, str]]) -> bool:
+    """A clause left next to this attempt's values that is no lesson on its own: no verb and fewer than two
+    content words, or an unexplained number ("the lamp", "with 8 units", "kitchen 45")."""
+    if has_verb(text) or _PATTERN_TOKEN.search(text):
+        return False
+    unexplained = any(role != "protected" and number.text in text for number, role in inside)
+    return unexplained or len(content_tokens(NUMBER.sub(" ", text))) < 2
 
 
 def _rebuild(pieces: list[tuple[str, str | None]]) -> str:
@@ -374,15 +526,25 @@ def _rebuild(pieces: list[tuple[str, str | None]]) -> str:
             out = re.sub(r"\s*[(（]\s*$", "", out)
             continue
         out += (separator if out else "") + text
-    out = _SENTENCE_PUNCT.sub("", squash(out))
-    for opening, closing in (("(", ")"), ("（", "）")):
-        out += closing * max(0, out.count(opening) - out.count(closing))
-        while out.count(closing) > out.count(opening):
-            out = out.replace(closing, "", 1) if out.find(closing) < out.find(opening) or opening not in out else out
-            if out.count(closing) > out.count(opening) and opening not in out:
-                out = out.replace(closing, "")
-                break
-    return squash(out)
+    return _balanced(_SENTENCE_PUNCT.sub("", squash(out)))
+
+
+def _balanced(text: str) -> str:
+    """`text` with brackets that lost their partner to a dropped clause mended: an unmatched closing bracket is
+    removed, an unclosed opening one is closed at the end."""
+    pairs = {")": "(", "）": "（"}
+    stack: list[str] = []
+    out: list[str] = []
+    for ch in text:
+        if ch in ("(", "（"):
+            stack.append(ch)
+        elif ch in pairs:
+            if not stack or stack[-1] != pairs[ch]:
+                continue
+            stack.pop()
+        out.append(ch)
+    closing = {"(": ")", "（": "）"}
+    return squash("".join(out) + "".join(closing[ch] for ch in reversed(stack)))
 
 
 def _starts_with_name(text: str) -> bool:

@@ -29,6 +29,7 @@ Pure.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from memos_bridge.rules.instance import InstanceContext, has_content, strip_inst
 from memos_bridge.rules.subjects import Number, Subject, identifiers, number_key, subject_of, units
 from memos_bridge.rules.text import CJK_CHARS, clip, squash
 from memos_bridge.rules.tokens import STOPWORDS, content_tokens
+from memos_bridge.rules.verbs import STATE_LEMMAS, VERBS
 
 Role = Literal[
     "convention",
@@ -69,24 +71,6 @@ ROLE_CONFIDENCE: Final[dict[str, float]] = {
 #: Characters of one lesson line.
 LINE_CHARS: Final = 360
 
-#: Common imperative verbs (the first word of an instruction).
-VERBS: Final = frozenset(
-    """
-    add aggregate align append apply ask assert assume avoid backup build bump calculate call cap cast change check
-    clean clear clone close collect combine commit compare compile compute configure confirm convert copy count
-    create debug decode deduplicate dedupe define delete deploy detect disable divide document double download drop
-    edit emit enable encode ensure escape exclude execute expand export extract fetch filter find fix flatten follow
-    format generate get give group handle identify ignore import include inspect install interpret join keep label
-    leave limit list load locate log look lowercase make map mark match measure merge migrate mock move multiply name
-    normalise normalize note open order output pad paginate parse pass patch pick pin pipe place prefer prefix
-    prepend print process provide pull push put quote read rebase rebuild record recompute reduce refresh reload
-    remove rename render reorder repeat replace report request rerun reset resolve restart restore retry return
-    reuse review rewrite round run save scale scan search select send separate set shift show skip sort specify
-    split start stick stop store strip submit subtract sum supply switch tag take test track transform translate
-    treat trim truncate try type uninstall unpack update upgrade upload uppercase use validate verify wait watch
-    wrap write zip
-    """.split()
-)
 #: Words that may open an instruction before its verb ("please use…", "so divide…", "just skip…").
 _LEAD_IN: Final = frozenset("please also so then just and but instead first simply now always kindly".split())
 
@@ -96,14 +80,15 @@ _PREFERENCE: Final = re.compile(
     re.IGNORECASE,
 )
 _PROHIBITION: Final = re.compile(
-    r"\b(?:do\s+not|don'?t|never|avoid|stop|no\s+longer|must\s+not|mustn'?t|should\s+not|shouldn'?t|cannot|can'?t|"
-    r"may\s+not|not\s+allowed|forbidden|not\s+permitted)\b|不要|不用|别再|(?<![区特分个级类识告性派])别(?![的人处])|不能|禁止|"
+    r"\b(?:do\s+not|don'?t|never|avoid|stop|no\s+longer|must\s+not|mustn'?t|should\s+not|shouldn'?t|"
+    r"(?:^|you\s+)(?:cannot|can'?t|may\s+not)|not\s+allowed|forbidden|not\s+permitted)\b|不要|不用|别再|(?<![区特分个级类识告性派])别(?![的人处])|不能|禁止|"
     r"避免|切勿|不可|不应|(?<![切])勿|不许|不得|千万别",
     re.IGNORECASE,
 )
 _CORRECTION: Final = re.compile(
     r"\bnot\s+[^,.;]{1,60}?\bbut\b|,\s*not\s+\S|\binstead\s+of\b|\brather\s+than\b|\bshould\s+(?:have\s+)?be(?:en)?\b|"
-    r"\bis\s+wrong\b.{0,20}\bit'?s\b|不是.{1,40}?而是|而不是|应该是|应为|应是|改成|改为|换成|才对|才是",
+    r"\bis\s+wrong\b.{0,20}\bit'?s\b|\bexpected\b.{1,120}?\bgot\b|不是.{1,40}?而是|而不是|应该是|应为|应是|改成|改为|"
+    r"换成|才对|才是",
     re.IGNORECASE,
 )
 _INSTRUCTION_CUE: Final = re.compile(
@@ -119,7 +104,7 @@ _IMPERATIVE_ZH: Final = re.compile(
 )
 #: A present-tense copula or state verb: what a convention says ("are in", "is stored", "means").
 _STATE: Final = re.compile(
-    r"\b(?:is|are|means|mean|uses|use|holds|hold|contains|contain|stores|store|stored|records|recorded|reports|"
+    r"\b(?:is|are|means|uses|use|holds|hold|contains|contain|stores|store|stored|records|recorded|reports|"
     r"reported|written|given|expressed|encoded|measured|counted|denominated|formatted|listed|kept|starts|begins|"
     r"ends|counts|excludes|exclude|includes|include|refers|represents|represent|indicates|stands\s+for|comes|come|"
     r"arrive|arrives|follows|follow|lives|sits|runs|applies|apply|needs|require|requires|expects|"
@@ -139,6 +124,7 @@ _PRAISE: Final = re.compile(
     re.IGNORECASE,
 )
 _COMPLAINT: Final = re.compile(
+    r"\b(?:won'?t|doesn'?t|didn'?t|can'?t)\s+(?:run|work|compile|parse|load|match|pass|start)\b|"
     r"\b(?:wrong|incorrect(?:ly)?|off|bad|broken|failed|fails?|mistakes?|bug(?:gy)?|missing|missed|not\s+right|"
     r"not\s+correct|sloppy|mismatch(?:ed)?)\b|不对|错了|错误|不正确|有误|失败|不行|缺少|漏了|不匹配",
     re.IGNORECASE,
@@ -148,7 +134,7 @@ _EVALUATIVE_PREDICATE: Final = re.compile(
     r"\b(?:is|are|was|were|looks?|looked|seems?|seemed|feels?|came\s+out)\s+(?:\w+\s+){0,2}?(?:perfect|great|good|"
     r"nice|fine|clean|correct|right|excellent|awesome|helpful|clear|solid|neat|wrong|incorrect|off|bad|broken|close|"
     r"ok|okay|spot[\s-]on|better|worse|much\s+better|plausible|reasonable|small|large|big|low|high|short|long|"
-    r"too\s+\w+|way\s+\w+)\b",
+    r"too\s+\w+|way\s+\w+|messy|tidy|neat|clean|helpful|useful|what\s+i\s+(?:asked|wanted|expected|needed))\b",
     re.IGNORECASE,
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
@@ -156,10 +142,24 @@ _ABOUT_ATTEMPT: Final = re.compile(
     r"^(?:\W*(?:but|and|so|also|still|however|though|yet|then)\W+)*(?:you|your|you've|you're|你|你的)(?![a-z])",
     re.IGNORECASE,
 )
+#: A sentence that opens by thanking or praising, with no "but/however" turning it into a correction.
+_PRAISE_OPENING: Final = re.compile(
+    r"^\W*(?:thanks?|thank\s+you|cheers|great|good|nice|perfect|excellent|awesome|well\s+done|lovely|fantastic|"
+    r"brilliant|appreciated?|glad|happy|love|ok(?:ay)?|right|correct|yes|yep|sure|谢谢|多谢|辛苦|很好|不错|完美|好的|棒)\b",
+    re.IGNORECASE,
+)
+_CONTRASTED_REST: Final = re.compile(
+    r"\b(?:but|however|though|although|except|yet|still|unfortunately)\b|但是|但|不过|可是|然而|只是", re.IGNORECASE
+)
 #: A sentence that opens by pointing back ("It…", "So…", "This means…"): it continues the lesson before it.
 _CONTINUES: Final = re.compile(
     r"^(?:it|its|it's|they|them|this|that|these|those|so|then|thus|therefore|hence|which|i\.e\.|that\s+is|"
     r"in\s+other\s+words|otherwise|else)\b|^(?:它|它们|这|这些|那|所以|因此|然后|也就是|否则)",
+    re.IGNORECASE,
+)
+#: A sentence whose first words refer back to the one before ("Look them up…", "Convert it…", "Those are…").
+_POINTS_BACK: Final = re.compile(
+    r"^\W*(?:\S+\s+){0,2}?(?:them|those|these|it|they|this|that|such|its|their)\b|^\W*(?:它|它们|这些|这|那些|那)",
     re.IGNORECASE,
 )
 #: Words that carry a cue, a verdict or praise, not content: a lesson needs specific words beyond these.
@@ -230,9 +230,20 @@ def _has_imperative_clause(text: str) -> bool:
     return any(_opens_with_imperative(text[m.end() :]) for m in _CLAUSE_START.finditer(text))
 
 
+def _present_verb(text: str) -> bool:
+    """A third-person present verb of a known lemma after another word ("the API gives", "the log records")."""
+    words = [w.strip(".,;:()[]\"'`").lower() for w in text.split()]
+    for previous, word in itertools.pairwise(words):
+        if previous in ("to", "you", "i", "we", "they") or len(word) < 4 or not word.endswith("s"):
+            continue
+        if word[:-1] in STATE_LEMMAS or word[:-2] in STATE_LEMMAS or word[:-1] in VERBS or word[:-2] in VERBS:
+            return True
+    return False
+
+
 def _is_statement(text: str) -> bool:
     """A present-tense statement with specific content: the shape of a convention."""
-    if not _STATE.search(text) or _EVALUATIVE_PREDICATE.search(text):
+    if not (_STATE.search(text) or _present_verb(text)) or _EVALUATIVE_PREDICATE.search(text):
         return False
     if re.search(f"[{CJK_CHARS}]", text):
         return len(specific_tokens(text)) >= 2
@@ -243,8 +254,36 @@ def _is_statement(text: str) -> bool:
     return len(specific_tokens(text)) >= 2 or bool(identifiers(text) or units(text))
 
 
+_PART_SPLIT: Final = re.compile(r"\s*[;；]\s*|\s+[—–]\s+")
+#: When a sentence's parts say different things, the most actionable part decides (first in this order).
+_ROLE_ORDER: Final[tuple[str, ...]] = (
+    "preference",
+    "prohibition",
+    "correction",
+    "instruction",
+    "convention",
+    "diagnosis",
+    "note",
+    "complaint",
+    "praise",
+    "other",
+    "instance",
+)
+
+
 def role_of(text: str, context: InstanceContext | None = None) -> Role:
-    """The role of one sentence whose instance content is already removed (module docstring)."""
+    """The role of one sentence whose instance content is already removed (module docstring). A sentence in parts
+    ("Rides without the key were treated as free; the API omits the field when the standard fee applies") takes
+    the most actionable role among its parts: the lesson is in the second half."""
+    parts = [part for part in _PART_SPLIT.split(text) if part.strip()]
+    whole = _role_of(text, context)
+    if len(parts) < 2:
+        return whole
+    roles = [whole, *(_role_of(part, context) for part in parts)]
+    return min(roles, key=_ROLE_ORDER.index)
+
+
+def _role_of(text: str, context: InstanceContext | None = None) -> Role:
     context = context or InstanceContext()
     if not text.strip() or not has_content(text, context):
         if _COMPLAINT.search(text):
@@ -256,6 +295,8 @@ def role_of(text: str, context: InstanceContext | None = None) -> Role:
         if _COMPLAINT.search(text):
             return "complaint"
         return "praise" if _PRAISE.search(text) else "other"
+    if _PRAISE_OPENING.match(text) and not _CONTRASTED_REST.search(text):
+        return "praise"  # "Nice, the breakdown is what I asked for", "Thanks for taking this on — …"
     if _PREFERENCE.search(text):
         return "preference"
     if _PROHIBITION.search(text):
@@ -302,10 +343,18 @@ class Reading:
 
     @property
     def lessons(self) -> list[LessonLine]:
-        """The lesson: the actionable sentences, in order; else the diagnoses and notes."""
-        actionable = [line for line in self.lines if line.actionable]
-        if actionable:
-            return actionable
+        """The lesson: the actionable sentences, in order, each with the sentence before it when it points back
+        to it ("You skipped every OLD- code… Look them up in the map"); else the diagnoses and notes."""
+        out: list[LessonLine] = []
+        for index, line in enumerate(self.lines):
+            if not line.actionable:
+                continue
+            before = self.lines[index - 1] if index else None
+            if before is not None and before.role in FALLBACK and _POINTS_BACK.match(line.text) and before not in out:
+                out.append(before)
+            out.append(line)
+        if out:
+            return out
         return [line for line in self.lines if line.role in FALLBACK]
 
     @property
@@ -335,8 +384,8 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
     for sentence in sentences(text):
         filtered = strip_instance(sentence, context)
         role = role_of(filtered.text, context)
-        if filtered.removed and role not in ACTIONABLE:
-            # what is left of a sentence that stated this attempt's content is a lesson only when it says what
+        if filtered.cut and role not in ACTIONABLE:
+            # what is left of a clause that stated this attempt's content is a lesson only when it says what
             # holds or what to do on its own ("So the refused returns" is not)
             role = "instance"
         lesson = clip(filtered.text, LINE_CHARS) if role not in ("instance", "praise", "complaint", "other") else ""
@@ -385,7 +434,7 @@ def _own_subject(line: LessonLine) -> bool:
 def _continues(line: LessonLine, group: list[LessonLine]) -> bool:
     """Whether `line` is part of the convention `group` states (it points back, shares a name, a unit's
     dimension or a number with it, or has no subject of its own)."""
-    if _CONTINUES.match(line.text):
+    if _CONTINUES.match(line.text) or _POINTS_BACK.match(line.text):
         return True
     mine = line.subject
     theirs = Subject()

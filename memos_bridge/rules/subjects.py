@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from memos_bridge.rules.text import CJK_CHARS
@@ -48,7 +48,7 @@ _CAMEL: Final = re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")
 _KEBAB: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+\b")
 _FLAG: Final = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
 #: a path with a slash (`archive/`, `assets/models/`, `src/app.py`); lower-case, so "DD/MM/YYYY" is no path
-_PATH: Final = re.compile(r"(?<![\w/.-])(?:[a-z0-9_.-]*[a-z][a-z0-9_.-]*/)+[a-z0-9_.-]*(?![\w/])")
+_PATH: Final = re.compile(r"(?<![\w/.-])(?:[a-z0-9_.-]*[a-z][a-z0-9_.-]*/)+(?:[a-z0-9_.-]*[a-z0-9_])?(?![\w/])")
 _HEADER: Final = re.compile(r"\b[A-Z][a-z0-9]*(?:-[A-Z][A-Za-z0-9]*)+\b")
 _CODE: Final = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{2,}[0-9]+[A-Z0-9]*\b")
 #: nouns that say the word next to them is a name in the data or the environment
@@ -120,6 +120,7 @@ def identifiers(text: str) -> list[str]:
 class Unit:
     canonical: str
     dimension: str
+    surface: str = field(default="", compare=False)  # as the text wrote it ("pounds", "磅")
 
 
 #: canonical unit -> (dimension, surface forms). Surface forms are matched as whole words (Latin) or as they
@@ -155,7 +156,7 @@ _UNITS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "jpy": ("money", ("jpy", "yen", "日元")),
     "cny": ("money", ("cny", "rmb", "yuan", "人民币", "元")),
     "percent": ("ratio", ("percent", "percentage", "percentages", "per cent", "%", "百分比", "百分数")),
-    "fraction": ("ratio", ("fraction", "fractions", "ratio", "小数")),
+    "fraction": ("ratio", ("fraction", "fractions", "ratio", "分数")),
     "bp": ("ratio", ("basis point", "basis points", "bps", "基点")),
     "byte": ("size", ("byte", "bytes", "字节")),
     "kb": ("size", ("kb", "kib", "kilobyte", "kilobytes", "kibibyte", "kibibytes")),
@@ -186,22 +187,22 @@ _CJK_UNIT_CONTEXT: Final = re.compile(r"(?:\d\s*|单位[是为]?|以|按|用|成
 
 def units(text: str) -> list[Unit]:
     """The units `text` names, canonical and in order of first appearance."""
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, str]] = []
     for match in _LATIN_UNIT.finditer(text):
         form = match.group(0).casefold()
         unit = _SURFACE.get(form) or _SURFACE.get(form.rstrip("s"))
         if unit is None:
             continue
-        found.append((match.start(), unit))
+        found.append((match.start(), unit, match.group(0)))
     for match in _CJK_UNIT.finditer(text):
         form = match.group(0)
         if len(form) == 1 and not _CJK_UNIT_CONTEXT.search(text[: match.start()]):
             continue
-        found.append((match.start(), _SURFACE[form]))
+        found.append((match.start(), _SURFACE[form], form))
     out: list[Unit] = []
-    for _, unit in sorted(found):
+    for _, unit, surface in sorted(found):
         if all(u.canonical != unit for u in out):
-            out.append(Unit(unit, _UNITS[unit][0]))
+            out.append(Unit(unit, _UNITS[unit][0], surface))
     return out
 
 
@@ -286,8 +287,8 @@ class Subject:
         return frozenset(u.dimension for u in self.units)
 
     def terms(self) -> list[str]:
-        """The searchable terms: identifiers first, then unit names, then numbers."""
-        return [*self.identifiers, *(u.canonical for u in self.units), *self.numbers]
+        """The searchable terms: identifiers first, then the units as written, then numbers."""
+        return [*self.identifiers, *(u.surface or u.canonical for u in self.units), *self.numbers]
 
     def union(self, other: Subject) -> Subject:
         names = {i.casefold() for i in self.identifiers}
@@ -330,22 +331,52 @@ def _same_word(a: str, b: str) -> bool:
     return len(short) >= 4 and long.startswith(short) and len(long) - len(short) <= 3
 
 
+def _strength(term: str) -> str:
+    """How a name is matched: "literal" (a flag, a path, a header: `--region` is not the word "region"),
+    "compound" (a file or a snake/dotted name: by its word parts) or "word" (a plain word, and its inflections)."""
+    if re.search(r"^[-$@#]|[/:=$]", term) or re.search(r"[A-Z].*-[A-Z]", term):
+        return "literal"
+    if re.search(r"[_.]|\d", term) or len(_parts(term)) >= 2:
+        return "compound"
+    return "word"
+
+
+def _named(term: str, lowered: str, words: set[str]) -> bool:
+    key = term.casefold().strip()
+    if len(key) >= 3 and re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", lowered):
+        return True
+    kind = _strength(term)
+    if kind == "literal":
+        return False
+    parts = _parts(key)
+    matched = sum(any(_same_word(part, word) for word in words) for part in parts)
+    if kind == "word":
+        return bool(parts) and matched >= 1
+    # a compound name (`marigold_catalog.csv`) needs two of its words, or a request naming a file of the same
+    # family (`kestrel_manifest_apr13.txt` for `kestrel_manifest_apr12.txt`: the same leading word)
+    if parts and matched >= min(2, len(parts)):
+        return True
+    lead = _LEAD_PART.match(key)
+    return bool(lead and lead.group(1) not in _EXTENSIONS and re.search(rf"(?<![\w]){lead.group(1)}[_.-]\w", lowered))
+
+
+_LEAD_PART: Final = re.compile(r"([a-z]{4,})[_.-]")
+
+
 def mentions(request: str, terms: Iterable[str]) -> bool:
-    """Whether `request` names one of a lesson's subject terms: the term itself (an identifier, a file, a flag), a
-    word part of it ("invoices" for `quillon_invoices_2024-05.json`), or the same unit ("kilograms" for kg)."""
+    """Whether `request` names one of a lesson's subject terms: a flag, path or header literally; a file or a
+    compound name by two of its words or by a sibling file; a plain word by itself or an inflection; a unit by
+    any of its names. When a lesson has names stronger than plain words, one of those must be named: a plain
+    word ("returns", "status") is as likely another subject's."""
     lowered = request.casefold()
     words = set(_PART.findall(lowered))
     request_units = {u.canonical for u in units(request)}
-    for term in terms:
-        key = term.casefold().strip()
-        if not key:
-            continue
-        if key in request_units or (len(key) >= 3 and re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", lowered)):
+    listed = [t for t in terms if t.strip()]
+    strong = [t for t in listed if _strength(t) != "word"]
+    for term in strong or listed:
+        named_units = {u.canonical for u in units(term)}
+        if named_units and named_units <= request_units and _strength(term) != "literal":
             return True
-        parts = _parts(key)
-        matched = sum(any(_same_word(part, word) for word in words) for part in parts)
-        # a one-word name must be named; a compound name (`marigold_catalog.csv`) needs two of its words, since
-        # one of them alone ("catalog", "orders") is as likely another subject's
-        if parts and matched >= min(2, len(parts)):
+        if _named(term, lowered, words):
             return True
     return False

@@ -54,6 +54,22 @@ READINGS = re.compile(
     re.IGNORECASE,
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+#: The service's own words in an injected block — headings, labels, notices, tool hints — are not lessons: a key
+#: term must not be credited (or blamed) because a label such as "Avoid:" contains it.
+_BOILERPLATE = re.compile(
+    r"</?relevant-memories>|^\s*#.*$|^UNTRUSTED DATA.*$|^Notes recalled.*$|^Follow-up tools:.*$|"
+    r"\[(?:failure to avoid|what worked|correction \(not yet confirmed by a success\)|user preference|"
+    r"repair confirmed by a later success|procedure|update to a recalled skill|verifier feedback)\]|"
+    r"^\s*(?:Trigger|Fix|Avoid|Do|Check|Scope|Prefer|Instead|Timeline):|\b(?:Avoid|Prefer|Fix):\s|\(id=\w+\)",
+    re.MULTILINE,
+)
+
+
+def lesson_words(injected: str) -> str:
+    """The injected text without the renderer's own labels and headings (what key terms are matched against)."""
+    return _BOILERPLATE.sub(" ", injected)
+
+
 BM25_TOP = 2
 
 
@@ -219,6 +235,8 @@ def measure(
     """What one injected text carried (module docstring). `taught` maps family name → conventions taught so far;
     `earlier` lists the tasks already run; `sources` is every feedback text and prompt of the run so far;
     `lesson_texts` the feedback texts themselves (a value a feedback states as part of a rule is no leak)."""
+    raw = injected
+    injected = lesson_words(raw)
     mine = taught.get(family.name, set())
     needed = [c for c in task.needs if c in mine]
     recalled = [c for c in needed if family.conventions[c].carried_by(injected)]
@@ -230,6 +248,16 @@ def measure(
         other = next(f for f, _ in earlier if f.name == name)
         unrelated += [f"{name}/{c}" for c in sorted(conventions) if other.conventions[c].carried_by(injected)]
     own = values_in(task.prompt) | {v.casefold() for v in instance_values(task)}
+    # a value that is a convention's own term (a control row's code, a flag) is the lesson, not a leak
+    own |= {
+        value
+        for _, other_task in earlier
+        for value in instance_values(other_task)
+        if any(
+            c.key_terms and any(re.fullmatch(t, value, re.IGNORECASE) for t in c.key_terms)
+            for c in family.conventions.values()
+        )
+    }
     present = values_in(injected)
     lowered = injected.casefold()
     leaked: set[str] = set()
@@ -243,9 +271,7 @@ def measure(
         for line in injected.splitlines()
         if any(m.group(0).casefold() not in sources for m in READINGS.finditer(line))
     ]
-    return TaskRecord(
-        family.name, task.id, style, injected, needed, recalled, extra, unrelated, sorted(leaked), invented
-    )
+    return TaskRecord(family.name, task.id, style, raw, needed, recalled, extra, unrelated, sorted(leaked), invented)
 
 
 def _rule_numbers(text: str) -> str:
@@ -297,9 +323,8 @@ def run_service(
     feedback_texts: list[str] = []
     with tempfile.TemporaryDirectory(prefix="memos-lessons-") as scratch:
         data_home = home or Path(scratch) / "home"
-        client = ServiceClient.spawn(
-            data_home, env={**SERVICE_ENV, **(env or {})}, stderr=open(Path(scratch) / "service.log", "wb")
-        )
+        log = (Path(scratch) / "service.log").open("wb")
+        client = ServiceClient.spawn(data_home, env={**SERVICE_ENV, **(env or {})}, stderr=log)
         try:
             client.call("core.health", {}, timeout=rpc_timeout_s)
             ts = 1_700_000_000_000
@@ -318,11 +343,18 @@ def run_service(
                     turn_ms = (time.perf_counter() - t0) * 1000
                     injected = str(result.get("injectedContext") or "")
                     record = measure(
-                        family, task, style, injected, taught, earlier, "\n".join(sources).casefold(),
+                        family,
+                        task,
+                        style,
+                        injected,
+                        taught,
+                        earlier,
+                        "\n".join(sources).casefold(),
                         "\n".join(feedback_texts),
                     )
                     record.hits = [
-                        {k: h.get(k) for k in ("refKind", "refId", "score", "channels")} for h in result.get("hits") or []
+                        {k: h.get(k) for k in ("refKind", "refId", "score", "channels")}
+                        for h in result.get("hits") or []
                     ]
                     record.turn_ms = round(turn_ms, 1)
                     records.append(record)
@@ -350,10 +382,13 @@ def run_service(
                     taught.setdefault(family.name, set()).update(task.needs)
                     earlier.append((family, task))
                     if progress:
-                        progress(f"{family.name}/{task.id} {style}: {len(record.recalled)}/{len(record.needed)} recalled")
+                        progress(
+                            f"{family.name}/{task.id} {style}: {len(record.recalled)}/{len(record.needed)} recalled"
+                        )
             policies = client.call("memory.list_policies", {"limit": 500}, timeout=rpc_timeout_s)["policies"]
         finally:
             client.close()
+            log.close()
     experiences = [
         {k: p.get(k) for k in ("id", "experienceType", "status", "title", "support", "procedure", "trigger")}
         for p in policies
@@ -416,13 +451,17 @@ def run_baseline(families: Sequence[Family], run_style: str, arm: str) -> RunRes
         for index, task in enumerate(family.tasks):
             style = style_of(run_style, index)
             sources.append(task.prompt)
-            if arm == "paste":
-                injected = "\n".join(pasted)
-            else:
-                injected = "\n".join(index_all.top(task.prompt, BM25_TOP))
+            chosen = pasted if arm == "paste" else index_all.top(task.prompt, BM25_TOP)
+            injected = "\n".join(chosen)
             records.append(
                 measure(
-                    family, task, style, injected, taught, earlier, "\n".join(sources).casefold(),
+                    family,
+                    task,
+                    style,
+                    injected,
+                    taught,
+                    earlier,
+                    "\n".join(sources).casefold(),
                     "\n".join(feedback_texts),
                 )
             )

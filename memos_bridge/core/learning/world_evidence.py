@@ -71,6 +71,8 @@ class ExperienceView:
     #: The words of the feedback it was built from (a verifier's or user's rationale often states the
     #: environment fact behind the lesson: "values are already in thousands of USD").
     feedback_notes: tuple[str, ...] = ()
+    #: Written by the lesson builder, whose procedure already holds the feedback's own lesson lines.
+    lesson_builder: bool = False
     updated_at: int = 0
     vec: NDArray[np.float32] | None = field(default=None, repr=False)
 

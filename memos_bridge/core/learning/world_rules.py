@@ -279,16 +279,16 @@ def _clause_entry(clause: Clause, view: ExperienceView, steps_taken: int) -> tup
 def _statements(view: ExperienceView) -> list[tuple[str, bool, bool]]:
     """(text, is an anti-pattern list, is feedback prose) of an experience, in the order they matter. A
     failure experience's procedure is what to avoid (the renderer shows it under Avoid too). The boundary is
-    left out: it says where the lesson came from, not what the environment is."""
+    left out: it says where the lesson came from, not what the environment is. So are the raw feedback and the
+    verifier's messages of an experience whose procedure already holds the feedback's lesson in its own words:
+    what else they say is the judged attempt's values and ids, which no recalled text may carry."""
     failure_procedure = view.experience_type == "failure_avoidance"
-    facts = view.verifier
     return [
         (view.procedure, failure_procedure, False),
         *((line, True, False) for line in view.anti_pattern),
         *((line, False, False) for line in view.preference),
         (view.verification, False, False),
-        *((note, False, False) for note in (facts.notes if facts else ())),
-        *((note, False, True) for note in view.feedback_notes),
+        *((note, False, True) for note in view.feedback_notes if not view.lesson_builder),
     ]
 
 
@@ -324,37 +324,20 @@ def _factor(value: float) -> str:
 
 
 def _mismatch_entries(view: ExperienceView, facts: VerifierFacts) -> list[tuple[SectionName, Entry]]:
+    """What the verifier's values show that holds beyond the judged attempt: a factor an answer was off by, said
+    as observed (never the values themselves, never a guess at the unit)."""
     out: list[tuple[SectionName, Entry]] = []
-    task = facts.task or "the task"
     for mismatch in facts.mismatches:
-        what = mismatch.field or "values"
         if mismatch.factor is not None:
-            out.append(("environment", _scale_entry(mismatch, what, view.id)))
-        out.append(
-            (
-                "constraints",
-                _entry(
-                    f"Exact check of {what}",
-                    sentence(
-                        f"The verifier of {task} compares {what} exactly (expected {mismatch.expected}, "
-                        f"the answer had {mismatch.actual})"
-                    ),
-                    [view.id],
-                ),
-            )
-        )
+            out.append(("environment", _scale_entry(mismatch, view.id)))
     return out
 
 
-def _scale_entry(mismatch: Mismatch, what: str, evidence_id: str) -> Entry:
+def _scale_entry(mismatch: Mismatch, evidence_id: str) -> Entry:
     assert mismatch.factor is not None
     return _entry(
-        f"Unit scale of {what}",
-        sentence(
-            f"Expected {what} and computed {what} differ by a factor of {_factor(mismatch.factor)} (expected "
-            f"{mismatch.expected}, answer {mismatch.actual}): the source figures and the expected answer use "
-            "different units"
-        ),
+        f"Answers off by {_factor(mismatch.factor)}",
+        sentence(f"An answer was {_factor(mismatch.factor)} times the value the verifier expected"),
         [evidence_id],
     )
 
@@ -366,22 +349,9 @@ def _verifier_entries(view: ExperienceView, schemas_listed: bool) -> list[tuple[
     if facts is None:
         return []
     out = _mismatch_entries(view, facts)
-    task = facts.task or "The task"
-    where = f" in {facts.file}" if facts.file else ""
-    news = facts.missing_fields or facts.unexpected
-    if facts.expected_fields and (news or not schemas_listed or not facts.task):
-        description = f"{task} expects the fields {join_names(facts.expected_fields)}{where}"
-        if facts.missing_fields:
-            description += f"; an answer without {join_names(facts.missing_fields)} failed"
-        if facts.unexpected:
-            description += f"; fields it did not ask for ({join_names(facts.unexpected)}) failed the check"
-        out.append(("constraints", _entry(f"Output fields of {task}", sentence(description), [view.id])))
-    elif facts.failing_fields and not facts.mismatches:
-        description = f"The verifier of {facts.task or 'the task'} checks {join_names(facts.failing_fields)}"
-        out.append(("constraints", _entry(f"Checked fields of {task}", sentence(description), [view.id])))
     for name, how in facts.orderings:
         what = f"the entries of {name}" if name else "the entries"
-        description = f"The verifier of {facts.task or 'the task'} expects {what}{where} in order ({how or 'as given'})"
+        description = f"The verifier expects {what} in order ({how or 'as given'})"
         out.append(("constraints", _entry(f"Ordering of {name or 'entries'}", sentence(description), [view.id])))
     return out
 
@@ -419,28 +389,15 @@ def _shared_structures(members: Sequence[ExperienceView]) -> Entry | None:
 
 
 def _task_entries(members: Sequence[ExperienceView]) -> list[tuple[SectionName, Entry]]:
+    """What the tasks of a family show together: their output fields differ from task to task (said without the
+    tasks' ids or fields, which are true of those tasks only)."""
     out: list[tuple[SectionName, Entry]] = []
-    tasks: dict[str, list[str]] = {}
-    for member in members:
-        facts = member.verifier
-        if facts is not None and facts.task:
-            tasks.setdefault(facts.task, []).append(member.id)
-    if tasks:
-        ids = [i for group in tasks.values() for i in group]
-        out.append(
-            (
-                "environment",
-                _entry("Tasks seen", sentence(f"Tasks of this family seen so far: {join_names(tasks)}"), ids),
-            )
-        )
     schemas = fields_by_task(members)
     distinct = {fields for fields, _ in schemas.values()}
     if len(schemas) >= 2 and len(distinct) >= 2:
-        parts = "; ".join(f"{task}: {join_names(fields, 4)}" for task, (fields, _) in schemas.items())
         ids = [i for _, group in schemas.values() for i in group]
         description = (
-            f"Output fields differ between tasks of this family ({parts}); a schema from one task does not carry "
-            "over to another"
+            "Output fields differ between tasks of this family: a schema from one task does not carry over to another"
         )
         out.append(("constraints", _entry(PER_TASK_SCHEMA, sentence(description), ids)))
     return out

@@ -107,6 +107,7 @@ def view_of(row: PolicyRow, dim: int, feedback: dict[str, str] | None = None) ->
         source_episodes=tuple(str(e) for e in (row.source_episodes_json or [])),
         source_feedback_ids=feedback_ids,
         feedback_notes=tuple(text for f in feedback_ids[-FEEDBACK_PER_POLICY:] if (text := (feedback or {}).get(f))),
+        lesson_builder=isinstance(row.lesson_json, dict),
         updated_at=int(row.updated_at),
         vec=_vector(row.vec, dim),
     )

@@ -370,7 +370,8 @@ class ExperienceDraft:
     subject: Subject = field(default_factory=Subject)
     #: what was taken out of the feedback as this attempt's own content (kept on the record)
     instance: list[str] = field(default_factory=list)
-    #: what the lesson is about, as its trigger lists it (recall asks the request to name one of these)
+    #: what the lesson is about, as its trigger lists it: its names and the files it was learnt on, else its
+    #: units (recall asks the request to name one of these)
     terms: list[str] = field(default_factory=list)
 
     def embed_text(self) -> str:
@@ -396,7 +397,7 @@ class ExperienceDraft:
 def subject_json(subject: Subject) -> dict[str, Any]:
     return {
         "identifiers": list(subject.identifiers),
-        "units": [u.canonical for u in subject.units],
+        "units": [u.surface or u.canonical for u in subject.units],
         "numbers": list(subject.numbers),
     }
 
@@ -441,12 +442,22 @@ def subject_terms(subject: Subject, episode: EpisodeFacts, verifier: VerifierVie
     from (the lesson came from work on them)."""
     written = {name.casefold() for name in episode.written}
     names = [name for name in subject.identifiers if name.casefold() not in written]
-    terms = [*names, *input_files(episode, verifier), *(u.canonical for u in subject.units)]
+    terms = [*names, *input_files(episode, verifier), *(u.surface or u.canonical for u in subject.units)]
     out: list[str] = []
     for term in terms:
         if term and term.casefold() not in {t.casefold() for t in out}:
             out.append(term)
     return out[:SUBJECT_TERMS]
+
+
+def recall_terms(subject: Subject, episode: EpisodeFacts, verifier: VerifierView | None) -> list[str]:
+    """The terms a request must name for the lesson to be recalled without a close match in meaning: its names and
+    the files it was learnt on; a unit alone only when the lesson names nothing else ("cents" or "kg" are words of
+    every company's exports, so they do not say which subject a lesson is about)."""
+    written = {name.casefold() for name in episode.written}
+    names = [name for name in subject.identifiers if name.casefold() not in written]
+    terms = [*names, *input_files(episode, verifier)] or [u.surface or u.canonical for u in subject.units]
+    return list(dict.fromkeys(terms))[:SUBJECT_TERMS]
 
 
 def _trigger(terms: Sequence[str], episode: EpisodeFacts, tags: Sequence[str]) -> str:
@@ -551,7 +562,7 @@ def _draft(
         roles=list(roles),
         subject=subject,
         instance=assessment.reading.instance,
-        terms=terms,
+        terms=recall_terms(subject, episode, verifier),
     )
 
 

@@ -50,7 +50,8 @@ def solve(task_id: str, data_dir: Path, naive: bool = False) -> dict[str, Any]:
     if task_id == "cv-5":
         referred = {r["patient_id"]: _date(r["referral_date"], naive) for r in referrals}
         same = sum(
-            1 for v in visits
+            1
+            for v in visits
             if v["patient_id"] in referred and _local(v["checked_in"], naive).date() == referred[v["patient_id"]]
         )
         return {"same_day_visits": same}

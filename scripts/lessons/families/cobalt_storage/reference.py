@@ -47,7 +47,10 @@ def compute(task_id: str, data_dir: Path, ignore: set[str]) -> dict[str, Any]:
     if task_id == "cs-5":
         doomed = [v for v in volumes if v["last_access"] < "2024-01-01" and _deletable(v, ignore)]
         hit = {v["owner"] for v in doomed if _customer(v, ignore)}
-        return {"customers_affected": len(hit), "customer_gb_deleted": sum(int(v["size_gb"]) for v in doomed if _customer(v, ignore))}
+        return {
+            "customers_affected": len(hit),
+            "customer_gb_deleted": sum(int(v["size_gb"]) for v in doomed if _customer(v, ignore)),
+        }
     raise KeyError(task_id)
 
 

@@ -48,7 +48,9 @@ def solve(task_id: str, data_dir: Path, naive: bool = False) -> dict[str, Any]:
         revenue = sum(int(o["qty"]) * float(i["price"]) for o in orders if (i := skus.item(o["sku"])))
         return {"revenue": round(revenue, 2)}
     if task_id == "sk-3":
-        counted = [(skus.item(r["sku"]), int(r["counted"])) for r in _rows(data_dir, "marigold_stock_count_2024-06.csv")]
+        counted = [
+            (skus.item(r["sku"]), int(r["counted"])) for r in _rows(data_dir, "marigold_stock_count_2024-06.csv")
+        ]
         known = [(i, n) for i, n in counted if i]
         return {
             "kitchen_units": sum(n for i, n in known if i["category"] == "kitchen"),
