@@ -813,14 +813,15 @@ class Retriever:
         about (an identifier, a file it was learnt on, a unit), or whose meaning is close to it (vector cosine ≥
         `retrieval.lesson_min_similarity`). Without this, every lesson of a busy namespace reaches every task
         whose wording is vaguely alike (measured: half the tasks of unrelated task families got another
-        family's lessons). Memories without subject terms are not gated."""
+        family's lessons). A lesson that names no subject at all needs the close match in meaning; steps and
+        skills are not gated."""
         floor = self._settings.lesson_min_similarity
         kept: list[Candidate] = []
         for cand in candidates:
+            gated = isinstance(cand.payload, ExperienceSnippet | WorldSnippet)
             terms = _subject_terms(cand.payload)
-            world = isinstance(cand.payload, WorldSnippet)
-            if (terms or world) and not (terms and mentions(request, terms)) and _vector_score(cand) < floor:
-                continue  # a world model that names no subject needs a close match in meaning
+            if gated and not (terms and mentions(request, terms)) and _vector_score(cand) < floor:
+                continue  # one that names no subject (or not this one) needs a close match in meaning
             kept.append(cand)
         return kept
 

@@ -45,7 +45,8 @@ _PROTECT_BEFORE: Final = re.compile(
     r"(?:\b(?:by|times|per|every|each|port|version|ver|release|utc|gmt|offset|top|first|last|within|under|over|"
     r"above|below|least|most|max|maximum|min|minimum|limit|batch(?:es)?\s+of|chunks?\s+of|page\s+size|size|"
     r"exponent|base|factor|rate\s+of|step\s+of|mod|modulo|divided\s+by|multiplied\s+by|plus|minus|standard|"
-    r"default|fixed|flat|nominal|usual|normal|regular|minimum|maximum|threshold|cut-?off|limit\s+of|cap\s+of)"
+    r"default|fixed|flat|nominal|usual|normal|regular|minimum|maximum|threshold|cut-?off|limit\s+of|cap\s+of|"
+    r"http|status|code|error|exit|errno|signal|id|no\.|number|#|item_code|[a-z]+_(?:code|id|no))"
     r"|[×x*/÷^]|\bv|乘以|乘|除以|除|每|端口|版本|保留|前|后|偏移|加|减|时区|utc|gmt)\s*[-+−]?\s*[$€£¥]?$",
     re.IGNORECASE,
 )
@@ -87,19 +88,28 @@ _ANSWER_CUE: Final = re.compile(
 _MEASURE_AFTER: Final = re.compile(r"^\s*(?P<word>[A-Za-z]{1,12}\b|%|[\u4e00-\u9fff]{1,3})")
 #: A clause that states a result: "the top customer is …", "the latest real file is …", "your total was …",
 #: "it should be assets/x.glb" (a value, not a rule: what follows the copula is a name, a path or a number).
+#: Superlatives by shape: a listed word, or one ending in "-most" (westernmost), or in "-est" past six letters
+#: (cheapest, fastest) that is not one of the common non-superlatives.
+_SUPERLATIVE = (
+    r"(?:top|best|worst|most|least|first|last|(?!(?:request|interest|honest|modest|forest|digest|suggest|protest|"
+    r"contest|harvest|manifest|earnest|arrest|invest|attest|ingest|detest|latest\s+version)\b)[a-z]{2,}(?:est|most))"
+)
 _RESULT_CLAUSE: Final = re.compile(
-    r"\b(?:the|your|its|their)\s+(?:\w+\s+){0,2}?(?:top|latest|earliest|newest|oldest|biggest|largest|smallest|"
-    r"highest|lowest|most|least|best|worst|right|correct|real|actual|final|true|busiest|cheapest|longest|shortest|"
-    r"full|complete|whole|exact|proper)\b"
+    r"\b(?:the|your|its|their)\s+(?:\w+\s+){0,2}?(?:" + _SUPERLATIVE + r"|right|correct|real|actual|final|true|"
+    r"full|complete|whole|exact|proper|working|fixed|corrected|expected)\b"
     r"[^,;:]*?\b(?:is|was|are|were|would\s+be|comes?\s+(?:out\s+)?(?:to|at))\b|"
-    r"\b(?:is|was|are|were)\s+(?:the\s+)?(?:top|lowest|highest|largest|smallest|biggest|most|least|best|worst|"
-    r"latest|earliest|busiest|cheapest)\b|"
+    r"\b(?:is|was|are|were)\s+(?:the\s+)?" + _SUPERLATIVE + r"\b|"
+    r"\bthe\s+(?:\w+\s+)?(?:line|command|value|answer|path|result|figure|total|number|query|call|url|request|output|"
+    r"invocation|count|amount|sum)\s+(?:is|was|would\s+be|should\s+be|comes\s+to)\s+\S|"
+    r"\b(?:gives|yields|leaves|makes|leads\s+with|ends\s+up\s+(?:at|with)|lands\s+on|comes\s+to|brings\s+it\s+to)\s+"
+    r"(?:you\s+)?[`'\"“]?(?:[A-Za-z][\w.-]*\d|\d)[\w.,-]*|"
+    r"\b[A-Z][\w-]+\s+(?:has|had|leads|led|wins|won|tops|topped)\s+(?:with\s+)?\d|"
+    r"^\W*(?:而是|应是|就是|是)\s*[A-Za-z][\w.-]*\W*$|之后是|算下来是|结果是|一共是|合计是|总共是|"
     r"^\W*(?:it|this|that|the\s+(?:answer|result|value|path|command|output|figure|total))\s+"
     r"(?:should|must|would|needs?\s+to)\s+(?:have\s+)?(?:be(?:en)?|read|say)\s+[`'\"“]?[\w./-]*[\d/_.][\w./-]*|"
-    r"(?:正确答案|答案|结果|正确的(?:值|结果|路径|命令)?)(?:应该)?(?:是|为)|最[多少大小高低早晚新旧长短贵便]的(?:是|为)|"
+    r"(?:正确答案|答案|结果|正确的(?:值|结果|路径|命令)?)(?:应该)?(?:是|为)|最[\u4e00-\u9fff]{1,3}的[\u4e00-\u9fff]{0,4}(?:是|为)|"
     r"\b(?:comes?|came)\s+out\s+on\s+top\b|\btop\s+(?:is|was)\b|\bis\s+on\s+top\b|"
-    r"\b(?:oldest|newest|latest|earliest|top|biggest|largest|smallest|lowest|highest|busiest|cheapest)\s+(?:is\s+|was\s+)?"
-    r"[`'\"“]?[A-Za-z][\w.-]*\d[\w.-]*|"
+    r"\b" + _SUPERLATIVE + r"\s+(?:\w+\s+)?(?:is\s+|was\s+)?[`'\"“]?[A-Za-z][\w.-]*\d[\w.-]*|"
     r"\b(?:that|this|which|so|hence|thus)\b[^,;:]*\b(?:is|was|are|were|comes\s+to|equals)\s+[`'\"“]?[A-Za-z]*\d[\w./-]*"
     r"[`'\"”]?\W*$",
     re.IGNORECASE,
@@ -288,7 +298,17 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
         return "instance"  # a measured amount ("533.75 dollars", "$63.75", "41.2 kg"): a result, not a rule
     if number.decimals >= 2:
         return "instance"  # a computed figure (293.76); a rule's own decimals sit after an operator (× 0.4536)
+    year = not number.decimals and 1900 <= number.value <= 2100 and not (measure and units(measure.group("word")))
+    if _significant_digits(number) >= 3 and not year and not number.text.startswith(("+", "-", "−")):
+        return "instance"  # an arbitrary figure (1960 GB); a rule's numbers are small, round or after a label
     return "neutral"
+
+
+def _significant_digits(number: Number) -> int:
+    """Digits of a number without its leading and trailing zeros (1960 → 3, 1000 → 1, 0.4536 → 4); a number of one
+    repeated digit (99999999, a code) counts as one."""
+    digits = re.sub(r"\D", "", number.text).strip("0")
+    return 1 if len(set(digits)) <= 1 else len(digits)
 
 
 def _contrasted(sentence: str, found: list[Number]) -> set[int]:
@@ -411,6 +431,7 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
     pieces: list[tuple[str, str | None]] = []  # (separator, clause text); None = a dropped clause
     cut = False
     previous_label = False
+    tail = _result_tail(sentence, found, roles)
     dropped = _has_instance(sentence, found, roles, context)
     removed: list[str] = []
     offset = 0
@@ -431,11 +452,15 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
             removed.append(squash(clause))
             pieces.append(("", None))
             continue
+        if tail is not None and clause_start >= tail:
+            removed.append(squash(clause))  # the values after "Leave them out:" ("13 volumes, 1960 GB freed")
+            pieces.append(("", None))
+            continue
         shown = [r for n, r in zip(found, roles, strict=True) if n.text in clause]
         if _EXAMPLE_OPENING.match(clause) and _FORMATTED.search(clause) and "instance" not in shown:
             pieces.append((separator, clause))  # "like 5:10", "e.g. FY24-Q1": an example of the format
             continue
-        if len(clause.strip(" .;,")) <= 3 and pieces and pieces[-1][1]:
+        if len(clause.strip(" .;,")) <= 3 and not re.search(r"\d", clause) and pieces and pieces[-1][1]:
             pieces.append((separator, clause))  # "Surname, I.": a tiny tail belongs to the kept clause before it
             continue
         inside = [(n, r) for n, r in zip(found, roles, strict=True) if clause_start <= n.start < clause_end]
@@ -449,12 +474,15 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
             any(value in text.casefold() for value in context.strings)
             or _RESULT_CLAUSE.search(text)
             or _QUOTED_ANSWER.search(text)
+            or _near_answer(text, context)
         ):
             text = ""
         else:
             text = _TRAILING_VALUE.sub("", text) if _TRAILING_VALUE.search(text) and not has_verb(text) else text
         parameter = any(role == "protected" and number.text in text for number, role in inside)
-        if text.strip() and (has_content(text, context) or parameter) and not (dropped and _fragment(text, inside)):
+        spec = separator.strip() in (":", "：") and bool(pieces) and bool(pieces[-1][1]) and not label_before
+        fragment = dropped and not spec and _fragment(text, inside)
+        if text.strip() and (has_content(text, context) or parameter) and not fragment:
             if text != clause:
                 removed.append(squash(clause))
                 cut = True
@@ -495,6 +523,21 @@ def _near_answer(clause: str, context: InstanceContext) -> bool:
     return False
 
 
+def _result_tail(sentence: str, found: list[Number], roles: list[str]) -> int | None:
+    """Where a colon's tail of bare results starts ("Leave them out: 13 volumes, 1960 GB freed", "…: Transvia, 7"):
+    after the last ": ", no verb, and a number that is no rule's parameter. None when there is none."""
+    colon = max(sentence.rfind(": "), sentence.rfind("："))
+    if colon < 0:
+        return None
+    rest = sentence[colon + 1 :]
+    numbers_after = [(n, r) for n, r in zip(found, roles, strict=True) if n.start > colon]
+    if not numbers_after or has_verb(rest):
+        return None
+    if all(r == "protected" or n.text.startswith(("+", "-", "−")) for n, r in numbers_after):
+        return None
+    return colon + 1
+
+
 def _has_instance(sentence: str, found: list[Number], roles: list[str], context: InstanceContext) -> bool:
     """Whether the sentence states anything of this attempt (then its verbless pieces are suspect)."""
     if "instance" in roles or _RESULT_CLAUSE.search(sentence):
@@ -511,9 +554,12 @@ _PATTERN_TOKEN: Final = re.compile(r"\b[A-Za-z]+[-_:/][A-Za-z]+\b")
 def _fragment(text: str, inside: list[tuple[Number, str]]) -> bool:
     """A clause left next to this attempt's values that is no lesson on its own: no verb and fewer than two
     content words, or an unexplained number ("the lamp", "with 8 units", "kitchen 45")."""
-    if has_verb(text) or _PATTERN_TOKEN.search(text):
+    if has_verb(text) or _PATTERN_TOKEN.search(text) or units(text):
         return False
-    unexplained = any(role != "protected" and number.text in text for number, role in inside)
+    shown = [(number, role) for number, role in inside if number.text in text]
+    if any(role == "protected" for _, role in shown):
+        return False  # "standard 1.00": a rule's parameter
+    unexplained = any(role != "protected" for _, role in shown)
     return unexplained or len(content_tokens(NUMBER.sub(" ", text))) < 2
 
 

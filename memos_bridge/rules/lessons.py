@@ -123,6 +123,13 @@ _PRAISE: Final = re.compile(
     r"passe[sd]|ok(?:ay)?)\b|不错|很好|完美|正确|谢谢|辛苦|棒|好的|挺好|没问题|可以",
     re.IGNORECASE,
 )
+#: A verdict on the attempt itself ("That won't run", "tw rejects it", "Bad news: …"): not a lesson.
+_ATTEMPT_VERDICT: Final = re.compile(
+    r"\b(?:won'?t|doesn'?t|didn'?t|can'?t)\s+(?:run|work|compile|parse|load|match|pass|start)\b|"
+    r"\b(?:rejects?|rejected|refuses?|refused|fails?|failed|breaks?|broke|crash(?:es|ed)?)\s+(?:it|this|that|them|"
+    r"the\s+(?:command|call|request|answer|output|file|line|query))\b|^\W*(?:good|bad)\s+news\b",
+    re.IGNORECASE,
+)
 _COMPLAINT: Final = re.compile(
     r"\b(?:won'?t|doesn'?t|didn'?t|can'?t)\s+(?:run|work|compile|parse|load|match|pass|start)\b|"
     r"\b(?:wrong|incorrect(?:ly)?|off|bad|broken|failed|fails?|mistakes?|bug(?:gy)?|missing|missed|not\s+right|"
@@ -295,6 +302,10 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
         if _COMPLAINT.search(text):
             return "complaint"
         return "praise" if _PRAISE.search(text) else "other"
+    if _ATTEMPT_VERDICT.search(text) and not (
+        _INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text) or _CORRECTION.search(text)
+    ):
+        return "complaint"
     if _PRAISE_OPENING.match(text) and not _CONTRASTED_REST.search(text):
         return "praise"  # "Nice, the breakdown is what I asked for", "Thanks for taking this on — …"
     if _PREFERENCE.search(text):

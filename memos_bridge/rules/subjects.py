@@ -35,7 +35,7 @@ from memos_bridge.rules.tokens import STOPWORDS
 # identifiers
 
 _QUOTED: Final = re.compile(r"`([^`\n]{1,80})`|(?<![\w'])'([^'\n]{1,40})'(?!\w)|\"([^\"\n]{1,40})\"|“([^”\n]{1,40})”")
-_FILE: Final = re.compile(
+FILE: Final = re.compile(
     r"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.(?:json|jsonl|ndjson|csv|tsv|psv|xml|txt|py|md|ya?ml|toml|html?|sql|parquet|"
     r"xlsx?|ini|cfg|conf|env|log|sh|js|ts|rs|go|java|lock|dat|gz|zip)\b",
     re.IGNORECASE,
@@ -85,7 +85,7 @@ def identifiers(text: str) -> list[str]:
         value = next(g for g in match.groups() if g is not None).strip()
         if value and len(value.split()) <= 4:
             found.append((match.start(), value))
-    for pattern in (_FILE, _PATH, _DOTTED, _SNAKE, _CAMEL, _KEBAB, _FLAG, _HEADER, _CODE):
+    for pattern in (FILE, _PATH, _DOTTED, _SNAKE, _CAMEL, _KEBAB, _FLAG, _HEADER, _CODE):
         for match in pattern.finditer(text):
             name = match.group(0)
             if pattern is _PATH and (name.strip("/") in _NOT_PATHS or len(name.strip("/.")) < 3):

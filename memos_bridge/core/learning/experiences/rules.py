@@ -418,7 +418,11 @@ def titled(body: str) -> str:
     return clip(_TITLE_PREFIX.sub("", squash(body)).rstrip(" ;；"), TITLE_CHARS)
 
 
-_OUTPUT_CUE: Final = re.compile(r"\b(?:write|writes|save|output|produce|create|into|to|as)\s+(?:\S+\s+){0,2}$", re.I)
+#: "Write answer.json …", "save it to out.csv", "output the list as report.json": the file a request asks for.
+_OUTPUT_CUE: Final = re.compile(
+    r"\b(?:write|writes|save|saves|output|produce|create|dump)\b(?:\s+\S+){0,3}?\s+(?:(?:to|into|as)\s+)?$",
+    re.IGNORECASE,
+)
 
 
 def input_files(episode: EpisodeFacts, verifier: VerifierView | None) -> list[str]:

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from memos_bridge.rules.subjects import FILE
 from memos_bridge.rules.text import clip, squash
 
 Outcome = Literal["pass", "fail", "unknown"]
@@ -69,7 +70,8 @@ _FILE_KEYS: Final = ("file", "path", "output_file", "outputFile", "answer_file",
 MESSAGE_KEYS: Final = ("message", "feedback", "details", "detail", "reason", "summary", "error", "text", "verdict")
 _PASS_WORDS: Final = frozenset({"pass", "passed", "success", "succeeded", "ok", "correct", "true"})
 _FAIL_WORDS: Final = frozenset({"fail", "failed", "failure", "error", "incorrect", "wrong", "false"})
-FILE_NAME: Final = re.compile(r"[\w\-/]*\w\.(?:json|csv|tsv|xml|txt|md|ya?ml|py|sql|html?)\b", re.IGNORECASE)
+#: A file name: the same shape the subject terms use (any common data, config, log or code extension).
+FILE_NAME: Final = FILE
 #: A value off by a factor further from 1 than this counts as a scale difference (closer is a plain value error).
 _MIN_FACTOR: Final = 1.5
 
