@@ -301,23 +301,9 @@ class DomainSpec(_Section):
 
 
 def _default_domains() -> dict[str, DomainSpec]:
-    """Most specific first: a 13F task that also uses Python belongs to the 13F world model."""
+    """Most specific first (a task that uses Docker and Python belongs to the Docker world model). Task families
+    of one's own (a filing format, a company's exports) are added with `[learning.world.extra_domains]`."""
     table: dict[str, tuple[str, list[str], list[str]]] = {
-        "sec13f": (
-            "SEC 13F filings",
-            ["13f", "sec-13f", "13f-hr", "infotable", "cusip", "edgar"],
-            [
-                r"\bsec[\s_-]*13f",
-                r"(?<![a-z0-9])13f(?![a-z0-9])",
-                r"\bcusip",
-                r"\binfo[\s_-]?table",
-                r"\bholdings?\b",
-                r"\baccession\b",
-                r"\bissuer\b",
-                r"\baum\b",
-                r"\bedgar\b",
-            ],
-        ),
         "docker": ("Docker", ["dockerfile", "container", "alpine", "docker-compose"], [r"\bdocker(?:file)?\b"]),
         "kubernetes": ("Kubernetes", ["k8s", "kubectl", "helm"], [r"\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b"]),
         "cloud": (

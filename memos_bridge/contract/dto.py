@@ -432,6 +432,9 @@ class LessonDTO(WireModel):
     terms: list[str] = Field(
         default_factory=list, description="What recall matches: the subject's names, the files it was learnt on, units."
     )
+    words: list[str] = Field(
+        default_factory=list, description="For a lesson that names nothing: its own words (recall needs two of them)."
+    )
     instance: list[str] = Field(default_factory=list)
 
 

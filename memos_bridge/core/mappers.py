@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from memos_bridge.contract.dto import EpisodeDTO, LessonDTO, PolicyDTO, PolicySkillNoteDTO, ToolCallDTO, TraceDTO
+from memos_bridge.contract.dto import (
+    EpisodeDTO,
+    LessonDTO,
+    LessonSubjectDTO,
+    PolicyDTO,
+    PolicySkillNoteDTO,
+    ToolCallDTO,
+    TraceDTO,
+)
 from memos_bridge.rules.text import clip
 from memos_bridge.storage.models import EpisodeRow, PolicyRow, TraceRow
 
@@ -103,7 +111,33 @@ def policy_dto(row: PolicyRow) -> PolicyDTO:
         induced_by=row.induced_by,
         archived_at=row.archived_at,
         skill_note=_skill_note((row.meta_json or {}).get("skill")),
-        lesson=LessonDTO.model_validate(row.lesson_json) if isinstance(row.lesson_json, dict) else None,
+        lesson=_lesson(row.lesson_json),
+    )
+
+
+def _lesson(stored: object) -> LessonDTO | None:
+    """The stored lesson record as the wire shows it (known keys only: a record written by a newer version may
+    hold more)."""
+    if not isinstance(stored, dict):
+        return None
+    raw_subject = stored.get("subject")
+    subject: dict[str, object] = raw_subject if isinstance(raw_subject, dict) else {}
+
+    def strings(data: dict[str, object], key: str) -> list[str]:
+        value = data.get(key)
+        return [str(item) for item in value] if isinstance(value, list) else []
+
+    return LessonDTO(
+        lines=strings(stored, "lines"),
+        roles=strings(stored, "roles"),
+        subject=LessonSubjectDTO(
+            identifiers=strings(subject, "identifiers"),
+            units=strings(subject, "units"),
+            numbers=strings(subject, "numbers"),
+        ),
+        terms=strings(stored, "terms"),
+        words=strings(stored, "words"),
+        instance=strings(stored, "instance"),
     )
 
 

@@ -51,7 +51,7 @@ from memos_bridge.retrieval.render import (
     WorldSnippet,
     render_block,
 )
-from memos_bridge.rules.subjects import identifiers, mentions
+from memos_bridge.rules.subjects import identifiers, mentions, shares_words
 from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
@@ -787,6 +787,7 @@ class Retriever:
                 lesson=[str(line) for line in lesson.get("lines") or []],
                 roles=[str(role) for role in lesson.get("roles") or []],
                 terms=[str(term) for term in lesson.get("terms") or []],
+                words=[str(word) for word in lesson.get("words") or []],
             )
         elif kind == "skill":
             guidance = (row.procedure_json or {}).get("decisionGuidance", {}) or {}
@@ -818,10 +819,10 @@ class Retriever:
         floor = self._settings.lesson_min_similarity
         kept: list[Candidate] = []
         for cand in candidates:
-            gated = isinstance(cand.payload, ExperienceSnippet | WorldSnippet)
-            terms = _subject_terms(cand.payload)
-            if gated and not (terms and mentions(request, terms)) and _vector_score(cand) < floor:
-                continue  # one that names no subject (or not this one) needs a close match in meaning
+            payload = cand.payload
+            gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request)
+            if gated and _vector_score(cand) < floor:
+                continue  # not about this request's subject: only a close match in meaning brings it
             kept.append(cand)
         return kept
 
@@ -934,6 +935,15 @@ class Retriever:
             elif isinstance(payload, WorldSnippet):
                 data.worlds.append(payload)
         return data
+
+
+def _about(payload: ExperienceSnippet | WorldSnippet, request: str) -> bool:
+    """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
+    nothing, two of its own words)."""
+    terms = _subject_terms(payload)
+    if terms:
+        return mentions(request, terms)
+    return isinstance(payload, ExperienceSnippet) and bool(payload.words) and shares_words(request, payload.words)
 
 
 def _subject_terms(payload: Any) -> list[str]:

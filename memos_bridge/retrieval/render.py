@@ -89,6 +89,8 @@ class ExperienceSnippet:
     roles: list[str] = field(default_factory=list)
     #: what the lesson is about (identifiers, the files it was learnt on, units): recall asks for one of them
     terms: list[str] = field(default_factory=list)
+    #: a lesson that names nothing: its own words (recall asks the request to use two of them)
+    words: list[str] = field(default_factory=list)
 
 
 @dataclass

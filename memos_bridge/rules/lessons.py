@@ -340,10 +340,17 @@ class LessonLine:
     source: str  # the sentence as written
     subject: Subject = field(default_factory=Subject)
     removed: tuple[str, ...] = ()
+    #: the roles of its parts ("Do not force-push: open a PR instead" is a prohibition with an instruction)
+    part_roles: frozenset[str] = frozenset()
 
     @property
     def actionable(self) -> bool:
         return self.role in ACTIONABLE
+
+    @property
+    def says_what_to_do(self) -> bool:
+        """Whether it says what holds or what to do, not only what not to do."""
+        return bool({self.role, *self.part_roles} & {"convention", "instruction", "correction"})
 
 
 @dataclass(frozen=True)
@@ -400,6 +407,7 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
             # holds or what to do on its own ("So the refused returns" is not)
             role = "instance"
         lesson = clip(filtered.text, LINE_CHARS) if role not in ("instance", "praise", "complaint", "other") else ""
+        parts = [p for p in _REMEDY_SPLIT.split(lesson) if p.strip()] if lesson else []
         lines.append(
             LessonLine(
                 text=lesson,
@@ -407,9 +415,14 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
                 source=sentence,
                 subject=subject_of(lesson, filtered.parameters) if lesson else Subject(),
                 removed=filtered.removed,
+                part_roles=frozenset(_role_of(p, context) for p in parts) if len(parts) > 1 else frozenset(),
             )
         )
     return Reading(tuple(lines))
+
+
+#: Where a sentence turns from what not to do to what to do ("Do not X: Y", "Do not X; Y instead", "别 X，要 Y").
+_REMEDY_SPLIT: Final = re.compile(r"\s*[;；:：]\s+|\s*[;；：]|，(?=要|应|请|改|用)|,\s+(?=instead|use|read|do)", re.I)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -380,3 +380,11 @@ def mentions(request: str, terms: Iterable[str]) -> bool:
         if _named(term, lowered, words):
             return True
     return False
+
+
+def shares_words(request: str, words: Iterable[str], need: int = 2) -> bool:
+    """Whether `request` uses at least `need` of a lesson's own words (or their inflections): how a lesson that
+    names nothing ("Never force-push to main") is found for a request about the same thing."""
+    have = set(_PART.findall(request.casefold())) | set(re.findall(r"[a-z]{2,3}", request.casefold()))
+    found = sum(any(_same_word(word, other) for other in have) for word in dict.fromkeys(words))
+    return found >= min(need, len(set(words))) > 0

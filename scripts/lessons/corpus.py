@@ -29,8 +29,8 @@ from types import ModuleType
 from typing import Any, Literal
 
 FAMILIES = Path(__file__).resolve().parent / "families"
-Split = Literal["dev", "report"]
-SPLITS: tuple[Split, ...] = ("dev", "report")
+Split = Literal["dev", "report", "fresh"]
+SPLITS: tuple[Split, ...] = ("dev", "report", "fresh")
 #: Feedback styles, in the order the evaluation reports them.
 STYLES: tuple[str, ...] = ("verifier_payload", "verifier_text", "user_en", "user_zh", "terse", "long_mixed")
 #: Absolute tolerance of a numeric answer unless a task sets its own.

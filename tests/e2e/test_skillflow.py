@@ -33,7 +33,7 @@ from skillflow.family import load_family  # noqa: E402
 from skillflow.runner import run  # noqa: E402
 from skillflow.service import RunOptions  # noqa: E402
 
-from memos_bridge.rules.text import instance_specific  # noqa: E402
+from memos_bridge.rules.instance import instance_specific  # noqa: E402
 
 FAMILIES = ["sec13f", "sales_csv"]
 FAILURE_TYPES = {"failure_avoidance", "repair_instruction"}

@@ -279,16 +279,24 @@ def dedupe_lines(lines: Iterable[str], cap: int) -> list[str]:
     return out
 
 
+#: A line that opens by saying what not to do.
+_SAYS_AVOID: Final = re.compile(
+    r"^\W*(?:do\s+not|don'?t|never|avoid|stop)\b|^\W*(?:不要|别|切勿|禁止|避免)", re.IGNORECASE
+)
+
+
 def avoid_lines(family: Family) -> list[str]:
     """The skill's Avoid section: the anchors' own anti-patterns, then each failure avoidance of the family
     (its anti-pattern lines, else its procedure, else its title), then the anti-patterns of its repair
-    instructions — a verifier's "do not multiply by 1000" is a pitfall whichever type carried it."""
+    instructions and the lines of their lesson that say what not to do ("Do not read dates month-first: they
+    are day-first" teaches a fix and a pitfall) — a pitfall whichever type carried it."""
     lines: list[str] = [line for anchor in family.anchors for line in anchor.anti_pattern]
     for exp in family.avoid:
         own = [*exp.anti_pattern, *split_lines(exp.procedure)]
         lines.extend(own or [exp.title])
     for exp in family.check:
         lines.extend(exp.anti_pattern)
+        lines.extend(line for line in split_lines(exp.procedure) if _SAYS_AVOID.match(line))
     # lines true of one task only (its output fields, its values) go last, so the cap drops them first
     return dedupe_lines(sorted(lines, key=instance_specific), MAX_AVOID)
 

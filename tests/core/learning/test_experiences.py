@@ -11,12 +11,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from memos_bridge.core.learning.experience_verifier import parse_verifier, verifier_lines
 
 from memos_bridge.config import DomainSpec, WorldSettings
 from memos_bridge.contract import dto
 from memos_bridge.core.facade import MemoryCore
 from memos_bridge.core.learning import experience_rules as rules
-from memos_bridge.core.learning.experience_verifier import parse_verifier, verifier_lines
 from memos_bridge.core.learning.experiences import ExperienceReport, experience_stage
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.prompts import FeedbackRefineOutput

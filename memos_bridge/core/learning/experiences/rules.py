@@ -254,7 +254,8 @@ class Assessment:
             return "success_pattern"
         if roles and roles <= {"preference"} and self.reading.has("preference"):
             return "preference"
-        if roles & {"convention", "instruction", "correction", "note", "observation"}:
+        fixes = group is not None and any(line.says_what_to_do for line in group.lines)
+        if fixes or roles & {"note", "observation"}:
             return "repair_instruction"  # it says what holds or what to do (a note states it tersely)
         if not roles and self.observed:
             return "repair_instruction"
@@ -373,6 +374,8 @@ class ExperienceDraft:
     #: what the lesson is about, as its trigger lists it: its names and the files it was learnt on, else its
     #: units (recall asks the request to name one of these)
     terms: list[str] = field(default_factory=list)
+    #: a lesson that names nothing: its own content words (recall asks the request to use two of them)
+    words: list[str] = field(default_factory=list)
 
     def embed_text(self) -> str:
         """What the experience's vector encodes: title, trigger and procedure."""
@@ -390,6 +393,7 @@ class ExperienceDraft:
             "roles": list(self.roles),
             "subject": subject_json(self.subject),
             "terms": list(self.terms),
+            "words": list(self.words),
             "instance": list(self.instance[:MAX_LINES]),
         }
 
@@ -462,6 +466,18 @@ def recall_terms(subject: Subject, episode: EpisodeFacts, verifier: VerifierView
     names = [name for name in subject.identifiers if name.casefold() not in written]
     terms = [*names, *input_files(episode, verifier)] or [u.surface or u.canonical for u in subject.units]
     return list(dict.fromkeys(terms))[:SUBJECT_TERMS]
+
+
+#: Content words a lesson without names keeps for recall.
+LESSON_WORDS: Final = 6
+
+
+def lesson_words(lines: Sequence[str]) -> list[str]:
+    """The distinctive words of a lesson that names nothing (no identifier, file or unit): its content words
+    other than cue words, longest first ("force", "push", "main" of "Never force-push to main.")."""
+    words = [w for w in specific_tokens(" ".join(lines)) if w.isascii() and w.isalpha() and len(w) >= 3]
+    words += [w for part in specific_tokens(" ".join(lines)) if "-" in part for w in part.split("-") if len(w) >= 3]
+    return list(dict.fromkeys(words))[:LESSON_WORDS]
 
 
 def _trigger(terms: Sequence[str], episode: EpisodeFacts, tags: Sequence[str]) -> str:
@@ -566,7 +582,8 @@ def _draft(
         roles=list(roles),
         subject=subject,
         instance=assessment.reading.instance,
-        terms=recall_terms(subject, episode, verifier),
+        terms=(terms_for_recall := recall_terms(subject, episode, verifier)),
+        words=[] if terms_for_recall else lesson_words(lesson),
     )
 
 

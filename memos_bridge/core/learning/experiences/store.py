@@ -371,6 +371,7 @@ def _absorb(
         "roles": roles,
         "subject": subject_json(subject),
         "terms": terms,
+        "words": [] if terms else list(dict.fromkeys([*(stored.get("words") or []), *draft.words]))[:12],
         "instance": list(dict.fromkeys([*(stored.get("instance") or []), *draft.instance]))[-12:],
     }
     if lesson != old_lesson:
