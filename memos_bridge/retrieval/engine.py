@@ -939,7 +939,10 @@ class Retriever:
 
 def _about(payload: ExperienceSnippet | WorldSnippet, request: str) -> bool:
     """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
-    nothing, two of its own words)."""
+    nothing, two of its own words). Experiences stored without a lesson record (L2 procedures, rows of earlier
+    versions) have no subject to judge by and are left to the ranking."""
+    if isinstance(payload, ExperienceSnippet) and not payload.lesson:
+        return True
     terms = _subject_terms(payload)
     if terms:
         return mentions(request, terms)

@@ -392,6 +392,7 @@ def has_content(text: str, context: InstanceContext) -> bool:
 #: Words a clause cannot end on once the value after them is gone ("… to get", "… is", "… came out as").
 _DANGLING: Final = re.compile(
     r"(?:\s+(?:to\s+get|to|giving|gives|which\s+gives|is|are|was|were|be|of|and|or|which|that|with|as|at|for|"
+    r"means|mean|equals|becomes|reads|"
     r"by\s+about|about|around|roughly|approximately|came\s+out|comes\s+out|come\s+to|comes\s+to)|\s*[=:→])+\s*$"
     r"|(?:是|为|成|到|得|约)$",
     re.IGNORECASE,

@@ -32,14 +32,14 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from memos_bridge.rules.instance import InstanceContext, has_content, strip_instance
-from memos_bridge.rules.subjects import Number, Subject, identifiers, number_key, subject_of, units
+from memos_bridge.rules.subjects import Number, Subject, identifiers, number_key, numbers, subject_of, units
 from memos_bridge.rules.text import CJK_CHARS, clip, squash
 from memos_bridge.rules.tokens import STOPWORDS, content_tokens
-from memos_bridge.rules.verbs import STATE_LEMMAS, VERBS
+from memos_bridge.rules.verbs import STATE_LEMMAS, VERBS, has_verb
 
 Role = Literal[
     "convention",
@@ -141,7 +141,8 @@ _EVALUATIVE_PREDICATE: Final = re.compile(
     r"\b(?:is|are|was|were|looks?|looked|seems?|seemed|feels?|came\s+out)\s+(?:\w+\s+){0,2}?(?:perfect|great|good|"
     r"nice|fine|clean|correct|right|excellent|awesome|helpful|clear|solid|neat|wrong|incorrect|off|bad|broken|close|"
     r"ok|okay|spot[\s-]on|better|worse|much\s+better|plausible|reasonable|small|large|big|low|high|short|long|"
-    r"too\s+\w+|way\s+\w+|messy|tidy|neat|clean|helpful|useful|what\s+i\s+(?:asked|wanted|expected|needed))\b",
+    r"too\s+\w+|way\s+\w+|a\s+bit\s+\w+|messy|tidy|neat|clean|helpful|useful|"
+    r"what\s+i\s+(?:asked|wanted|expected|needed))\b",
     re.IGNORECASE,
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
@@ -308,6 +309,8 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
         return "complaint"
     if _PRAISE_OPENING.match(text) and not _CONTRASTED_REST.search(text):
         return "praise"  # "Nice, the breakdown is what I asked for", "Thanks for taking this on — …"
+    if specific + sum(t.count("-") for t in specific_tokens(text)) < 2 and not named:
+        return "other"  # "Leave them out.", "Skip it.": a verb and a pronoun say nothing on their own
     if _PREFERENCE.search(text):
         return "preference"
     if _PROHIBITION.search(text):
@@ -317,6 +320,8 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
     if _INSTRUCTION_CUE.search(text) or _has_imperative_clause(text):
         return "instruction"
     if _is_statement(text) and not _ABOUT_ATTEMPT.match(text):
+        if text.rstrip().endswith(("!", "！")) and not _PROHIBITION.search(text):
+            return "complaint"  # "Seventy-six million is a bit much for one supplier!": a reaction, not a rule
         return "convention"
     if _ABOUT_ATTEMPT.match(text) and (specific >= 2 or named) and not _EVALUATIVE_PREDICATE.search(text):
         return "diagnosis"
@@ -376,6 +381,11 @@ class Reading:
         return [line for line in self.lines if line.role in FALLBACK]
 
     @property
+    def praise(self) -> list[LessonLine]:
+        """Praise that says what was right ("the parser handled every holding"): what a success confirms."""
+        return [line for line in self.lines if line.role == "praise" and len(specific_tokens(line.text)) >= 2]
+
+    @property
     def instance(self) -> list[str]:
         """What was taken out as this attempt's content (verdicts and values), for the record."""
         out = [line.source for line in self.lines if line.role == "instance"]
@@ -406,7 +416,8 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
             # what is left of a clause that stated this attempt's content is a lesson only when it says what
             # holds or what to do on its own ("So the refused returns" is not)
             role = "instance"
-        lesson = clip(filtered.text, LINE_CHARS) if role not in ("instance", "praise", "complaint", "other") else ""
+        kept = role not in ("instance", "complaint", "other") and not (role == "praise" and filtered.cut)
+        lesson = clip(filtered.text, LINE_CHARS) if kept else ""
         parts = [p for p in _REMEDY_SPLIT.split(lesson) if p.strip()] if lesson else []
         lines.append(
             LessonLine(
@@ -471,11 +482,50 @@ def _continues(line: LessonLine, group: list[LessonLine]) -> bool:
     return not _own_subject(line)
 
 
+#: Where one sentence may hold two conventions: "X is in cents, and void invoices do not count", "X; Y".
+_COORDINATION: Final = re.compile(
+    r",\s+and\s+|;\s+|\s+and\s+also\s+|；|，(?:而且|并且|另外|还有)|"
+    r"\s+and\s+(?=(?:[\w=/.-]+\s+){1,4}(?:is|are|was|were|must|should|needs?|has|have|do|does|don'?t)\b)"
+)
+
+
+def split_conventions(line: LessonLine) -> list[LessonLine]:
+    """A sentence that teaches two conventions, each with a subject of its own that the other does not share
+    ("the five files under archive/ don't count, and size is in KiB"), as two lines; any other sentence as it is.
+    The lead-in before a colon ("Two things about our API:") goes with the first."""
+    parts = _COORDINATION.split(line.text)
+    if len(parts) < 2:
+        return [line]
+    wanted = set(line.subject.numbers)
+    subjects = [subject_of(part, [n for n in numbers(part) if number_key(n.value) in wanted]) for part in parts]
+    owned = [bool(s.identifiers or s.units) for s in subjects]
+    # each part a statement of its own (a verb and content), one with a subject the others do not share
+    clauses = [has_verb(part) and len(specific_tokens(part)) >= 2 for part in parts]
+    disjoint = all(
+        not (a.names & b.names or a.dimensions & b.dimensions)
+        for i, a in enumerate(subjects)
+        for b in subjects[i + 1 :]
+    )
+    if not (all(owned) or (all(clauses) and any(owned))) or not disjoint:
+        return [line]
+    out: list[LessonLine] = []
+    for part, subject in zip(parts, subjects, strict=True):
+        text = part.strip(" ,;，；")
+        if text[:1].islower() and line.text[:1].isupper():
+            text = text[:1].upper() + text[1:]
+        if not re.search(r"[.!?。！？]$", text):
+            text += "。" if re.search(f"[{CJK_CHARS}]$", text) else "."
+        role = role_of(text)
+        out.append(replace(line, text=text, subject=subject, role=role if role in ACTIONABLE else line.role))
+    return out
+
+
 def group_lessons(lines: Sequence[LessonLine]) -> list[LessonGroup]:
     """Split lesson lines into conventions: a line with a subject of its own that shares nothing with the lesson
-    before it starts a new one; every other line continues it."""
+    before it starts a new one; every other line continues it. A sentence that teaches two conventions is split
+    first (`split_conventions`)."""
     groups: list[list[LessonLine]] = []
-    for line in lines:
+    for line in (part for whole in lines for part in split_conventions(whole)):
         if groups and _continues(line, groups[-1]):
             groups[-1].append(line)
         else:
@@ -494,11 +544,13 @@ def strong_numbers(subject: Subject) -> set[str]:
     return {n for n in subject.numbers if n not in _WEAK_NUMBERS}
 
 
-def convention_overlap(a: Subject, b: Subject, token_similarity: float) -> bool:
+def convention_overlap(a: Subject, b: Subject, token_similarity: float, same_context: bool = True) -> bool:
     """Whether two lessons are about the same convention, judged on their subjects: a shared name with another
     agreeing sign (a unit, a number, similar words), or a shared non-trivial number with a shared unit; two
     lessons naming different things are different conventions even when their wording is alike. Cross-language
-    pairs share names and numbers, which are written alike in every language."""
+    pairs share names and numbers, which are written alike in every language. `same_context` says whether the
+    two were learnt on the same inputs (a file in common): a unit alone ties two lessons only then ("cents" is
+    a unit of every company's exports)."""
     shared_names = a.names & b.names
     shared_numbers = strong_numbers(a) & strong_numbers(b)
     shared_units = a.unit_keys & b.unit_keys
@@ -508,9 +560,11 @@ def convention_overlap(a: Subject, b: Subject, token_similarity: float) -> bool:
         return bool(shared_numbers and shared_units)
     if shared_numbers and (shared_units or a.dimensions & b.dimensions):
         return True
+    if same_context and token_similarity >= 0.5 and not (a.names and b.names):
+        return True  # the same words on the same inputs ("SKUs are case-insensitive"), one side naming an example
     # one side names nothing: the same unit ties them ("in pounds, not kilograms" / "convert first: times 0.4536,
-    # then the 10 kg cut-off"), unless each side also has a unit of another dimension of its own
-    return bool(shared_units) and not (a.dimensions ^ b.dimensions)
+    # then the 10 kg cut-off") when they were learnt on the same inputs, unless a side has another dimension too
+    return same_context and bool(shared_units) and not (a.dimensions ^ b.dimensions)
 
 
 def join_lines(texts: Iterable[str]) -> str:

@@ -388,3 +388,18 @@ def shares_words(request: str, words: Iterable[str], need: int = 2) -> bool:
     have = set(_PART.findall(request.casefold())) | set(re.findall(r"[a-z]{2,3}", request.casefold()))
     found = sum(any(_same_word(word, other) for other in have) for word in dict.fromkeys(words))
     return found >= min(need, len(set(words))) > 0
+
+
+def same_inputs(a: Iterable[str], b: Iterable[str]) -> bool:
+    """Whether two lessons were learnt on the same inputs: a term in common, or sibling files (one leading word,
+    `larkspur_parcels_2024.csv` and `larkspur_returns_2024.csv`: one company's exports)."""
+    left = {t.casefold() for t in a}
+    right = {t.casefold() for t in b}
+    if left & right:
+        return True
+
+    def leads(terms: set[str]) -> set[str]:
+        found = (_LEAD_PART.match(t) for t in terms if FILE.fullmatch(t))
+        return {m.group(1) for m in found if m is not None and m.group(1) not in _EXTENSIONS}
+
+    return bool(leads(left) & leads(right))

@@ -234,14 +234,11 @@ def union_structure(newer: Structure, older: Structure, cap: int) -> Structure:
 
 
 def _effect(view: ExperienceView) -> str:
-    facts = view.verifier
-    detail = ""
-    if facts is not None and (facts.task or facts.verdict):
-        detail = f" ({': '.join(part for part in (facts.task, facts.verdict) if part)})"
+    """What an avoided action did, without the judged task's id or score (true of that attempt only)."""
     if view.experience_type == "preference":
         return "goes against the user's stated preference"
     if view.failed:
-        return f"led to failed results{detail}"
+        return "led to failed results"
     return "failed in earlier attempts"
 
 

@@ -1,7 +1,8 @@
 """Typed experiences from explicit feedback: the pure rules, and the stage in-process (no LLM and scripted LLM).
 
-The SEC 13F examples are the seed's (000): a verifier that says values must be in thousands (expected 1234,
-got 1234000), an answers.json schema reused from the previous task, CUSIP ordering, a verified success.
+The 13F-style examples follow the seed's test plan (a verifier that reports values off by a factor of 1,000, an
+answers.json schema reused from the previous task, a verified success); the sentence classifier and the instance
+filter underneath have their own tests in `tests/rules/test_lessons.py`.
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from memos_bridge.core.learning.experience_verifier import parse_verifier, verifier_lines
 
 from memos_bridge.config import DomainSpec, WorldSettings
 from memos_bridge.contract import dto
 from memos_bridge.core.facade import MemoryCore
-from memos_bridge.core.learning import experience_rules as rules
-from memos_bridge.core.learning.experiences import ExperienceReport, experience_stage
+from memos_bridge.core.learning.experiences import ExperienceReport, experience_stage, rules
+from memos_bridge.core.learning.experiences.verifier import diff_values, observations, parse_verifier, record_lines
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.prompts import FeedbackRefineOutput
-from memos_bridge.rules.text import instance_specific
 from tests.llm.fakes import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
@@ -89,41 +88,7 @@ def verifier(**fields: Any) -> dict[str, Any]:
     return {"verifier": {"task": "sec13f_issuer_values", **fields}}
 
 
-# ---------------------------------------------------------------- pure rules: text
-
-
-@pytest.mark.parametrize("text", ["wrong", "不对", "try again", "Wrong, try again", "不对，再试试", "This is correct."])
-def test_bare_verdicts_are_not_actionable(text: str) -> None:
-    assert not rules.classify(text).actionable
-
-
-@pytest.mark.parametrize(
-    ("text", "shape", "field"),
-    [
-        (AVOID_SCHEMA, "avoidance", "avoid"),
-        (
-            "Expected top_class_labels/top_class_counts, but the answer used the previous task's stock_holding schema.",
-            "correction",
-            "fix",
-        ),
-        ("Next time, parse every infoTable record before aggregating stock holdings.", "instruction", "fix"),
-        ("This is correct; the 13F parser handled all holdings and matched verifier output.", "success", "success"),
-        ("不要沿用上一题的answers.json结构", "avoidance", "avoid"),
-        ("下次先确认answers.json的字段再汇总", "instruction", "fix"),
-        ("I prefer the totals as a markdown table.", "preference", "prefer"),
-        ("The total market value per issuer is wrong", "complaint", "wrong"),
-    ],
-)
-def test_actionable_feedback_is_classified_by_what_it_says(text: str, shape: str, field: str) -> None:
-    classified = rules.classify(text)
-    assert classified.actionable and classified.shape == shape
-    assert getattr(classified, field), classified
-
-
-def test_an_expected_but_got_sentence_is_a_text_mismatch() -> None:
-    assert rules.classify("Expected 12 rows but got 9.").text_mismatch
-    assert rules.classify("期望是12行，实际是9行").text_mismatch
-    assert not rules.classify(AVOID_SCHEMA).text_mismatch
+# ---------------------------------------------------------------- pure rules: feedback text
 
 
 def test_feedback_text_takes_raw_text_fields_once() -> None:
@@ -132,95 +97,29 @@ def test_feedback_text_takes_raw_text_fields_once() -> None:
     assert rules.feedback_text(None, {"verifier": {"message": "CUSIP order differs"}}) == "CUSIP order differs"
 
 
-def test_the_do_instead_half_of_an_avoid_sentence_is_a_fix_line() -> None:
-    tie = (
-        "Do not break ranking ties by issuer name: when two rows rank equal, break the tie by CUSIP ascending "
-        "(sort by the ranked value descending, then by cusip ascending)."
-    )
-    classified = rules.classify(tie)
-    assert classified.avoid == (tie,)
-    assert classified.fix == (
-        "When two rows rank equal, break the tie by CUSIP ascending (sort by the ranked value descending, then by "
-        "cusip ascending).",
-    )
-    # a second half that means nothing alone ("leave them out") or is itself a prohibition stays with the first
-    assert not rules.classify("Do not count cancelled orders: leave them out of every total.").fix
-    assert not rules.classify("Never round the totals: do not drop the cents.").fix
-    assert not rules.classify(AVOID_SCHEMA).fix
-    # a colon inside a URL or a time ends no clause
-    assert not rules.classify("Never fetch http://example.com/rates.csv without a timeout.").fix
-    assert rules.classify("Do not fetch http://example.com/rates.csv: read the local fx_rates.csv copy.").fix == (
-        "Read the local fx_rates.csv copy.",
-    )
-    assert rules.classify("不要按月份优先读日期：导出文件的日期是日在前").fix == ("导出文件的日期是日在前",)
-
-
-def test_a_repair_leads_with_what_carries_over_not_with_this_attempts_values() -> None:
-    text = (
-        "1/3 checks passed.\n`top_total_value` should be 13970, got 14070.\n"
-        "Do not break ranking ties by issuer name: when two rows rank equal, break the tie by CUSIP ascending."
-    )
-    assert instance_specific("`top_total_value` should be 13970, got 14070.")
-    assert instance_specific("`holdings.cusip` in answers.json must be 11133T103 (this attempt: 98956P102).")
-    assert not instance_specific("Report `v` in thousands: divide by 1,000 (expected 1, got 1000).")
-    assert not instance_specific("The total should be in USD.")
-    assert not instance_specific("Amounts must be rounded to 2 decimals.")
-    assert instance_specific('`monthly_revenue_usd` should be {"2024-01": 42.0}, got {"2024-01": 100.0}.')
-    assert instance_specific("Expected 12 rows but got 9.")
-    feedback = rules.FeedbackFacts(id="fb_1", ts=0, polarity="negative", magnitude=1.0, explicit=True, text=text)
-    episode = rules.EpisodeFacts(episode_id="ep_1", task=TASK, reply="Wrote answers.json.")
-    assessment = rules.assess(feedback, episode)
-    assert assessment.experience_type == "repair_instruction"
-    draft = rules.draft_experience(feedback, episode, assessment)
-    assert draft.title == "Repair (sec13f): When two rows rank equal, break the tie by CUSIP ascending"
-    steps = draft.procedure.splitlines()
-    assert steps[0].startswith("1. When two rows rank equal") and "should be 13970" in steps[1]
-
-
-def test_lines_that_name_one_tasks_output_fields_are_instance_specific() -> None:
-    assert instance_specific("`revenue_by_region_usd` is missing from answers.json.")
-    assert instance_specific("Use the fields the task asks for in answers.json: revenue_by_region_usd.")
-    assert instance_specific("Remove the fields the task did not ask for: best_selling_quantity.")
-    assert instance_specific("Do not write fields the task did not ask for (monthly_revenue_usd.2024-03).")
-    assert instance_specific("Produce 2 entries for `top_securities` in answers.json (this attempt had 0): process")
-    # the lesson about field names in general carries over
-    assert not instance_specific("Use exactly the field names the task specifies (issuer, shares, ...).")
-    assert not instance_specific("Do not copy XML element names such as nameOfIssuer into answers.json.")
-
-
 def test_a_map_keyed_by_data_is_one_wrong_value_not_missing_fields() -> None:
-    """A month-to-revenue map with the wrong months is a wrong value: "use the fields monthly_revenue_usd.2024-01"
-    was a schema lesson a 1.5B agent then copied as a key into the next task's answer."""
-    from memos_bridge.core.learning.experience_verifier import diff_values
-
+    """A month-to-revenue map with the wrong months is a wrong value, not a schema lesson about field names such
+    as "revenue.2024-01" (a small agent copied such a key into the next task's answer)."""
     months = diff_values(
         {"monthly_revenue_usd": {"2024-01": 40.0}, "total": 40.0},
         {"monthly_revenue_usd": {"2024-05": 20.0, "2024-09": 60.0}, "total": 80.0},
     )
-    assert [(m.kind, m.field) for m in months] == [("value", "monthly_revenue_usd"), ("value", "total")]
-    nested = diff_values({"units": {"2024-03": {"Widget": 4}}}, {"units": {"Widget": {"2024-03": 4}}})
-    assert [(m.kind, m.field) for m in nested] == [("value", "units")]
-    # misnamed fields of an object or of list rows stay a schema fault
+    assert [(m.kind, m.field) for m in months] == [("value", "monthly_revenue_usd"), ("scale", "total")]
     renamed = diff_values({"summary": {"total": 1}}, {"summary": {"sum": 1}})
     assert [(m.kind, m.field) for m in renamed] == [("missing", "summary.total"), ("unexpected", "summary.sum")]
-    rows = diff_values({"rows": [{"issuer": "A"}]}, {"rows": [{"nameOfIssuer": "A"}]})
-    assert {m.kind for m in rows} == {"missing", "unexpected"}
-    # same keys: compared key by key as before
     same = diff_values({"by_region": {"North": 27.0, "South": 40.0}}, {"by_region": {"North": 27.0, "South": 90.0}})
-    assert [(m.kind, m.field) for m in same] == [("value", "by_region.South")]
+    assert [(m.kind, m.field) for m in same] == [("scale", "by_region.South")]
 
 
 def test_configured_world_domains_extend_the_experience_tags() -> None:
     tls = DomainSpec(label="TLS", patterns=[r"\bTLS\b", r"certificates?"])
-    nport = DomainSpec(label="SEC filings", patterns=[r"\bN-?PORT\b"])
-    added = rules.tag_patterns(WorldSettings(extra_domains={"tls": tls, "sec13f": nport}))
+    filings = DomainSpec(label="SEC filings", patterns=[r"\bN-?PORT\b", r"\b13F\b"])
+    added = rules.tag_patterns(WorldSettings(extra_domains={"tls": tls, "filings": filings}))
     assert rules.domain_tags(["Rotate the TLS certificates of the proxy"], extra=added) == ["tls"]
-    assert rules.domain_tags(["Parse the N-PORT filing"], extra=added) == ["sec13f"]  # extends an existing tag
-    assert rules.domain_tags([TASK], extra=added)[0] == "sec13f"  # its built-in patterns still apply
-    # the built-in world table is not merged (its broad domains would tag every shell task) …
+    assert rules.domain_tags(["Parse the N-PORT filing"], extra=added) == ["filings"]
+    assert "filings" in rules.domain_tags([TASK], extra=added)
     defaults = rules.tag_patterns(WorldSettings())
-    assert defaults == dict(rules.DOMAIN_PATTERNS)
-    # … a replaced one is, for the domains no tag covers (database ~ sql is covered by its alias)
+    assert defaults == dict(rules.DOMAIN_PATTERNS)  # the built-in world table is not merged
     replaced = WorldSettings(
         domains={"tls": tls, "database": DomainSpec(label="DB", aliases=["sql"], patterns=[r"\bdb\b"])}
     )
@@ -233,8 +132,8 @@ async def test_an_experience_of_a_configured_domain_carries_its_tag_and_makes_it
     tls = {"label": "TLS certificates", "patterns": [r"\btls\b", r"\bcertificates?\b"]}
     core = with_stage(await core_factory(learning={"world": {"extra_domains": {"tls": tls}}}))
     tasks = [
-        ("Rotate the TLS certificates of the api proxy", "Do not reuse the expired intermediate certificate."),
-        ("Renew the TLS certificate of the web proxy", "Never skip the chain check after installing a certificate."),
+        ("Rotate the TLS certificates of the api proxy", "The proxy only accepts certificates with the full chain."),
+        ("Renew the TLS certificate of the web proxy", "Intermediate certificates here expire after 90 days."),
     ]
     for i, (task, lesson) in enumerate(tasks):
         episode, _, _ = await run_task(core, f"se_tls{i}", 1_000_000 * (i + 1), task, tools=[])
@@ -245,67 +144,54 @@ async def test_an_experience_of_a_configured_domain_carries_its_tag_and_makes_it
     assert any("tls" in w.domain_tags for w in worlds.world_models)
 
 
-def test_domain_tags_cover_sec13f_and_engineering_domains_and_can_be_extended() -> None:
-    assert rules.domain_tags([TASK, "bash", "parse_13f.py"]) == ["sec13f", "python", "xml", "json"]
-    found = rules.domain_tags(["Fix the failing pytest in tests/test_api.py", "git commit"])
-    assert found == ["python", "git", "testing"]
-    assert rules.domain_tags(["Sort the CUSIP list in holdings.csv"]) == ["sec13f", "csv"]
+def test_domain_tags_cover_engineering_domains_and_name_no_task_family() -> None:
+    assert rules.domain_tags([TASK, "bash", "parse_13f.py"]) == ["python", "xml", "json"]
+    assert rules.domain_tags(["Fix the failing pytest in tests/test_api.py", "git commit"]) == [
+        "python",
+        "git",
+        "testing",
+    ]
     assert rules.domain_tags(["rotate the tls certs"]) == []
     assert rules.domain_tags(["rotate the tls certs"], extra={"tls": r"\btls\b"}) == ["tls"]
 
 
-# ---------------------------------------------------------------- pure rules: verifier data
+# ---------------------------------------------------------------- pure rules: verifier data, said as observed
 
 
-def test_a_thousandfold_value_says_report_in_thousands() -> None:
+def test_a_value_off_by_a_factor_is_observed_never_interpreted() -> None:
     view = parse_verifier(verifier(passed=2, total=5, expected={"total_value": 1234}, actual={"total_value": 1234000}))
     assert view is not None and view.outcome == "fail" and view.credit == pytest.approx(0.4)
-    assert [(m.kind, m.field, m.detail) for m in view.mismatches] == [("scale", "total_value", "thousands")]
-    fixes, avoid = verifier_lines(view, "answers.json")
-    assert fixes[0] == (
-        "Report `total_value` in answers.json in thousands: divide the raw values by 1,000 "
-        "(expected 1234, got 1234000)."
-    )
-    assert "unscaled" in avoid[0] and view.knows_fix and view.severity == pytest.approx(0.7)
+    assert [(m.kind, m.field) for m in view.mismatches] == [("scale", "total_value")]
+    assert observations(view) == ["The answer was 1,000× the expected value."]
+    # no reading of what the factor means: that is the feedback's to say
+    for factor, said in ((100.0, "100×"), (0.01, "1/100 of"), (2.20462, "2.205×"), (0.4536, "1/2.205 of")):
+        seen = parse_verifier({"expected": {"x": 10.0}, "actual": {"x": 10.0 * factor}})
+        assert seen is not None and observations(seen) == [f"The answer was {said} the expected value."]
+    text = " ".join(observations(view)).lower()
+    assert not any(word in text for word in ("thousand", "percent", "fraction", "million", "unscaled"))
+    # the record keeps the values (memory.get shows them); the observation does not
+    assert record_lines(view) == ["`total_value`: expected 1234, got 1234000."]
+    assert view.knows_fix and view.severity == pytest.approx(0.7)
 
 
-def test_schema_and_cusip_order_mismatches_are_named() -> None:
-    expected = {"top_class_labels": ["A"], "rows": [{"cusip": "037833100", "v": 1}, {"cusip": "594918104", "v": 2}]}
+def test_types_and_orders_are_observed_fields_and_counts_stay_on_the_record() -> None:
+    expected = {"labels": ["A"], "rows": [{"cusip": "037833100", "v": 1}, {"cusip": "594918104", "v": 2}]}
     actual = {"stock_holding": 3, "rows": [{"cusip": "594918104", "v": 2}, {"cusip": "037833100", "v": 1}]}
     view = parse_verifier(verifier(passed=4, total=5, expected=expected, actual=actual))
     assert view is not None
-    kinds = {(m.kind, m.field, m.detail) for m in view.mismatches}
-    assert kinds == {
-        ("missing", "top_class_labels", ""),
+    assert {(m.kind, m.field, m.detail) for m in view.mismatches} == {
+        ("missing", "labels", ""),
         ("order", "rows", "by cusip ascending"),
         ("unexpected", "stock_holding", ""),
     }
-    fixes, avoid = verifier_lines(view, "answers.json")
-    assert fixes[0] == "Use the fields the task asks for in answers.json: top_class_labels."
-    assert "by cusip ascending" in fixes[1]
-    assert avoid[0] == "Do not write fields the task did not ask for (stock_holding)."
+    assert observations(view) == ["The expected entries were ordered by cusip ascending."]
     assert view.severity == pytest.approx(0.9)  # 4/5 passed, but a schema error is severe
-
-
-def test_rows_are_aligned_by_their_identifier_before_values_are_compared() -> None:
-    expected = {"rows": [{"cusip": "037833100", "value": 1234}, {"cusip": "594918104", "value": 55}]}
-    actual = {"rows": [{"cusip": "594918104", "value": 55000}, {"cusip": "037833100", "value": 1234000}]}
-    view = parse_verifier({"passed": 1, "total": 3, "expected": expected, "actual": actual})
-    assert view is not None
-    assert [(m.kind, m.field, m.detail) for m in view.mismatches] == [
-        ("order", "rows", "by cusip ascending"),
-        ("scale", "rows.value", "thousands"),
-    ]
-    fixes, _ = verifier_lines(view)
-    assert fixes[0].startswith("Report `rows.value` in thousands") and "by cusip ascending" in fixes[1]
-
-
-def test_counts_types_and_reported_mismatch_lists() -> None:
-    view = parse_verifier({"expected": [1, 2, 3], "actual": [1, 2]})
-    assert view is not None and [m.kind for m in view.mismatches] == ["count"]
     typed = parse_verifier({"verifier": {"mismatches": [{"field": "shares", "expected": 100, "actual": "100 sh"}]}})
-    assert typed is not None and [(m.kind, m.field) for m in typed.mismatches] == [("type", "shares")]
-    assert typed.outcome == "fail"
+    assert typed is not None and observations(typed) == [
+        "The expected answer held numbers where this attempt wrote text."
+    ]
+    counted = parse_verifier({"expected": [1, 2, 3], "actual": [1, 2]})
+    assert counted is not None and [m.kind for m in counted.mismatches] == ["count"] and observations(counted) == []
 
 
 def test_verifier_credit_partial_is_a_failure_and_a_verdict_counts() -> None:
@@ -316,53 +202,56 @@ def test_verifier_credit_partial_is_a_failure_and_a_verdict_counts() -> None:
     assert parse_verifier({"verifier": {"passed": True}}).outcome == "pass"  # type: ignore[union-attr]
     assert parse_verifier({"verifier": {"status": "failed"}}).outcome == "fail"  # type: ignore[union-attr]
     assert parse_verifier({"text": "looks fine"}) is None
-    assert not full.names_problem and parse_verifier(verifier(passed=0, total=4)).names_problem is False  # type: ignore[union-attr]
 
 
-# ---------------------------------------------------------------- pure rules: assessment, types, merging
+# ---------------------------------------------------------------- pure rules: assessment, drafts, merging
 
 
 def _facts(text: str, polarity: str = "negative", magnitude: float = 1.0, raw: Any = None) -> rules.FeedbackFacts:
     return rules.FeedbackFacts("fb_1", 1, polarity, magnitude, True, text, parse_verifier(raw))
 
 
-EPISODE = rules.EpisodeFacts("ep_1", TASK, tools=("bash",), steps=("bash(cmd=python parse_13f.py) → ok",))
+EPISODE = rules.EpisodeFacts(
+    "ep_1", TASK, tools=("bash",), steps=("bash(cmd=python parse_13f.py) → ok",), written=("answers.json",)
+)
+UNITS = "Do not multiply the value column by 1000: infoTable values are already in thousands of USD."
 
 
 def test_significance_needs_one_strong_signal() -> None:
-    weak = _facts("The total market value per issuer is wrong", "neutral", 0.3)
-    assert rules.assess(weak, EPISODE).reason == "below_significance"  # complaint confidence 0.45, no reward
-    assert rules.assess(_facts("The total market value per issuer is wrong", "neutral", 0.6), EPISODE).significant
+    weak = _facts("You reported the total market value per issuer wrong", "neutral", 0.3)
+    assert rules.assess(weak, EPISODE).reason == "below_significance"  # a diagnosis: confidence 0.45
+    assert rules.assess(
+        _facts("You reported the total market value per issuer wrong", "neutral", 0.6), EPISODE
+    ).significant
     scored = rules.EpisodeFacts("ep_1", TASK, r_task=-0.7, outcome="failure")
     assert rules.assess(weak, scored).significant  # |rTask| ≥ 0.5
     worded = _facts("Next time parse every infoTable row.", "neutral", 0.1)
-    assert rules.assess(worded, EPISODE).significant  # classifier confidence 0.7
-    structured = _facts("", "negative", 0.1, verifier(passed=1, total=4, failing_fields=["value"]))
-    found = rules.assess(structured, EPISODE)
-    assert found.significant and found.severity == pytest.approx(0.75)
+    assert rules.assess(worded, EPISODE).significant  # an instruction: confidence 0.7
+    observed = _facts("", "negative", 0.1, verifier(passed=1, total=4, expected={"v": 1}, actual={"v": 1000}))
+    found = rules.assess(observed, EPISODE)
+    assert found.significant and found.observed == ("The answer was 1,000× the expected value.",)
     assert rules.assess(_facts("wrong"), EPISODE).reason == "not_actionable"
     implicit = rules.FeedbackFacts("fb_2", 1, "negative", 1.0, False, AVOID_SCHEMA)
     assert rules.assess(implicit, EPISODE).reason == "not_explicit"
 
 
-def test_salience_is_the_largest_signal_and_types_follow_the_objective_outcome() -> None:
-    found = rules.assess(_facts(AVOID_SCHEMA, magnitude=0.6), rules.EpisodeFacts("e", TASK, r_task=-0.9))
-    assert found.salience == pytest.approx(0.9) and found.experience_type == "failure_avoidance"
-    # positive words, but the verifier gave partial credit: a failure
+def test_values_alone_teach_nothing() -> None:
+    """ "Expected 4 but got 3" restates one attempt: it stays on the feedback record, no lesson is made of it."""
+    found = rules.assess(
+        _facts("Expected 4 but got 3.", raw=verifier(passed=0, total=1, expected={"n": 4}, actual={"n": 3})), EPISODE
+    )
+    assert found.reason == "not_actionable" and found.lessons == ()
+
+
+def test_types_follow_the_objective_outcome_and_what_the_lesson_says() -> None:
+    assert rules.assess(_facts(AVOID_SCHEMA, magnitude=0.6), EPISODE).experience_type == "failure_avoidance"
+    assert rules.assess(_facts(UNITS), EPISODE).experience_type == "repair_instruction"  # it says what holds
+    # praise only, and the verifier gave partial credit: a failure, with nothing specific to learn
     praised = _facts("Good: the per-issuer totals looked right.", "positive", raw=verifier(score=0.5))
     partial = rules.assess(praised, EPISODE)
-    assert partial.outcome == "fail" and partial.experience_type == "failure_avoidance"
-    assert partial.polarity == "negative"
-    lesson = rules.draft_experience(praised, EPISODE, partial).procedure
-    assert lesson == (
-        "Do not treat this result as final (the verifier gave sec13f_issuer_values: score 0.5) even when "
-        "“Good: the per-issuer totals looked right”."
-    )
-    fixable = _facts("values must be in thousands", raw=verifier(score=0.2))
-    assert rules.assess(fixable, EPISODE).experience_type == "repair_instruction"
+    assert partial.outcome == "fail" and partial.reason == "not_actionable"
     passed = rules.assess(_facts("", "positive", raw=verifier(passed=3, total=3)), EPISODE)
     assert passed.significant and passed.experience_type == "success_pattern" and passed.polarity == "positive"
-    # an explicit negative verdict outranks a non-objective success score of the episode, not a verifier's
     llm_scored = rules.EpisodeFacts("e", TASK, r_task=0.8, outcome="success", outcome_source="llm")
     assert rules.assess(_facts(AVOID_SCHEMA), llm_scored).experience_type == "failure_avoidance"
     verified = replace(llm_scored, outcome_source="verifier")
@@ -371,54 +260,76 @@ def test_salience_is_the_largest_signal_and_types_follow_the_objective_outcome()
     assert taste.experience_type == "preference"
 
 
-def test_confidence_is_trust_not_salience_so_a_vague_complaint_starts_as_a_candidate() -> None:
-    vague = rules.assess(_facts("The total market value per issuer is wrong", magnitude=1.0), EPISODE)
+def test_confidence_is_trust_not_salience_so_a_vague_diagnosis_starts_as_a_candidate() -> None:
+    vague = rules.assess(_facts("You reported the total market value per issuer wrong", magnitude=1.0), EPISODE)
     assert vague.significant and vague.salience == pytest.approx(1.0)  # it matters …
-    assert vague.confidence == pytest.approx(0.45)  # … but says little: below ACTIVE_CONFIDENCE, a candidate
-    assert vague.confidence < rules.ACTIVE_CONFIDENCE
-    clear = rules.assess(_facts(AVOID_SCHEMA, magnitude=0.6), EPISODE)
-    assert clear.confidence == pytest.approx(0.8)
-    graded = rules.assess(_facts("The total market value per issuer is wrong", raw=verifier(score=0.2)), EPISODE)
+    assert vague.confidence < rules.ACTIVE_CONFIDENCE  # … but says little: a candidate
+    assert rules.assess(_facts(AVOID_SCHEMA, magnitude=0.6), EPISODE).confidence == pytest.approx(0.8)
+    graded = rules.assess(_facts(UNITS, raw=verifier(score=0.2)), EPISODE)
     assert graded.confidence == pytest.approx(rules.VERIFIER_CONFIDENCE)  # objective data: trusted
 
 
-def test_merge_rules_keep_types_coherent() -> None:
-    assert rules.may_merge("failure_avoidance", "failure_avoidance", 0.75, 0.72, 0.82)
-    assert not rules.may_merge("failure_avoidance", "repair_instruction", 0.75, 0.72, 0.82)
-    assert rules.may_merge("failure_avoidance", "repair_instruction", 0.85, 0.72, 0.82)
-    assert not rules.may_merge("failure_avoidance", "success_pattern", 0.99, 0.72, 0.82)  # a success anchors alone
+def test_a_draft_is_the_feedbacks_lesson_with_its_subject_and_no_instance_content() -> None:
+    feedback = _facts(
+        f"FAIL sec13f_issuer_values: total_value expected 1234, got 1234000. {UNITS} Well done on the parsing!",
+        raw=verifier(passed=2, total=5, expected={"total_value": 1234}, actual={"total_value": 1234000}),
+    )
+    (draft,) = rules.draft_experiences(feedback, EPISODE, rules.assess(feedback, EPISODE))
+    assert draft.lesson == [UNITS] and draft.procedure == f"1. {UNITS}"
+    assert draft.title == UNITS
+    assert "1234" not in draft.title + draft.procedure + draft.trigger and "sec13f_issuer_values" not in draft.procedure
+    assert draft.verification == "The answer was 1,000× the expected value."  # what the verifier observed
+    assert draft.subject.numbers == ("1000",) and {u.canonical for u in draft.subject.units} == {"thousand", "usd"}
+    assert "holdings.xml" in draft.terms and "answers.json" not in draft.terms  # the input, not the output
+    record = draft.lesson_record()
+    assert record["lines"] == [UNITS] and any("1234" in part for part in record["instance"])
+
+
+def test_feedback_teaching_two_conventions_gives_two_drafts() -> None:
+    feedback = _facts(f"{UNITS} Also, the `cusip` column has leading zeros that must be kept.")
+    drafts = rules.draft_experiences(feedback, EPISODE, rules.assess(feedback, EPISODE))
+    assert [d.lesson for d in drafts] == [[UNITS], ["The `cusip` column has leading zeros that must be kept."]]
+
+
+def test_merge_rules_keep_types_coherent_and_a_lesson_gains_only_new_wordings() -> None:
+    assert rules.may_merge("failure_avoidance", "failure_avoidance")
+    assert rules.may_merge("failure_avoidance", "repair_instruction")
+    assert not rules.may_merge("failure_avoidance", "success_pattern")  # a success anchors alone
     assert rules.merged_type("success_pattern", "failure_avoidance") == "success_pattern"
     assert rules.merged_type("repair_instruction", "success_pattern") is None  # only a later success validates
     assert rules.merged_polarity("positive", "negative") == "mixed"
-    assert rules.merged_polarity("negative", "negative") == "negative"
-    assert rules.merge_lines(["Do not reuse the schema."], ["do not reuse the schema", "Sort by CUSIP."]) == [
-        "Sort by CUSIP.",  # the newest lesson first: recall shows the first lines of an experience
-        "Do not reuse the schema.",
-    ]
+    english = ["The `weight` field is in pounds: multiply by 0.4536."]
+    same = ["the `weight` field is in pounds: multiply by 0.4536"]
+    chinese = ["`weight` 字段的单位是磅，要乘以 0.4536。"]
+    assert rules.merged_lesson(english, same) == english  # the same words: nothing new
+    assert rules.merged_lesson(english, chinese) == [*english, *chinese]  # another language is kept
     assert rules.merge_lines([f"old {i}" for i in range(8)], ["new one"], cap=8)[-1] == "old 6"  # oldest goes
-    assert rules.classify("Convert every order line to USD with fx_rates.csv before summing.").fix
 
 
-def test_repair_adherence_reads_the_fix_not_the_task() -> None:
-    repair = "1. Report `total_value` in thousands: divide the raw values by 1,000.\n2. " + (
-        "Check the output against the verifier's fields before finishing."
-    )
-    trigger = f"Tasks like “{TASK}”"
+def test_repair_adherence_reads_the_lesson_not_the_task() -> None:
+    trigger = f"Tasks involving holdings.xml; learnt on “{TASK}”"
+    repair = "Divide the raw values by 1,000: they are reported in thousands."
     assert rules.repair_adherence(repair, trigger, "Divided every value by 1000 so the totals are in thousands.") > 0.3
     assert rules.repair_adherence(repair, trigger, TASK) < 0.3
 
 
-def test_an_ungrounded_llm_rewording_is_rejected() -> None:
-    feedback = _facts("values must be in thousands", raw=verifier(score=0.2))
-    draft = rules.draft_experience(feedback, EPISODE, rules.assess(feedback, EPISODE))
+def test_an_llm_rewording_must_be_grounded_and_keep_the_lessons_key_terms() -> None:
+    feedback = _facts("The `weight` field is in pounds: multiply by 0.4536 to get kilograms.")
+    (draft,) = rules.draft_experiences(feedback, EPISODE, rules.assess(feedback, EPISODE))
     invented = FeedbackRefineOutput(title="Bake", trigger="Kitchen tasks", procedure="1. Preheat the oven to 200C")
-    assert rules.apply_refinement(draft, invented, "values must be in thousands") is None
-    grounded = FeedbackRefineOutput(
-        title="Values in thousands", trigger="13F value reports", procedure="1. Divide values by 1000 (thousands)"
+    assert rules.apply_refinement(draft, invented, feedback.text) is None
+    dropped = FeedbackRefineOutput(
+        title="Convert weights", trigger="Weight reports", procedure="1. Convert the weight field to kilograms."
     )
-    refined = rules.apply_refinement(draft, grounded, "values must be in thousands " + draft.procedure)
-    assert refined is not None and refined.title == "Repair (sec13f): Values in thousands"
-    assert refined.experience_type == "repair_instruction" and refined.drafted_by == "llm"
+    assert rules.apply_refinement(draft, dropped, feedback.text) is None  # lost 0.4536 and pounds
+    kept = FeedbackRefineOutput(
+        title="Weights are in pounds",
+        trigger="Reports over the weight field",
+        procedure="1. Multiply each `weight` (pounds) by 0.4536 before summing kilograms.",
+    )
+    refined = rules.apply_refinement(draft, kept, feedback.text)
+    assert refined is not None and refined.drafted_by == "llm" and refined.experience_type == draft.experience_type
+    assert refined.lesson == draft.lesson  # the feedback's own words stay what compact recall shows
 
 
 def test_lesson_lines_fold_types_into_do_avoid_check() -> None:
@@ -450,28 +361,42 @@ async def test_failed_verifier_feedback_becomes_a_failure_avoidance(core_factory
     assert exp.source_feedback_ids == [stored.id] and exp.source_episode_ids == [episode]
     assert exp.source_trace_ids and set(exp.source_trace_ids) <= set(trace_ids)
     assert exp.verifier_meta["task"] == "sec13f_issuer_values"
-    assert exp.verifier_meta["failingFields"] == ["top_class_labels", "top_class_counts"]
-    assert {"sec13f", "json"} <= set(exp.tags)
-    assert exp.title.startswith("Avoid (sec13f): reuse the previous task's answers.json schema")
-    assert AVOID_SCHEMA in exp.procedure and "top_class_labels" in exp.procedure
+    assert exp.verifier_meta["failingFields"] == ["top_class_labels", "top_class_counts"]  # on the record …
+    assert "top_class_labels" not in exp.procedure + exp.title  # … not in the lesson
+    assert {"xml", "json"} <= set(exp.tags)
+    assert exp.title == AVOID_SCHEMA and exp.procedure == f"1. {AVOID_SCHEMA}"  # the feedback's own words
+    assert exp.lesson is not None and exp.lesson.lines == [AVOID_SCHEMA] and exp.lesson.roles == ["prohibition"]
+    assert "holdings.xml" in exp.trigger and "holdings.xml" in exp.lesson.terms
     assert "verifier" in exp.boundary.lower() and stored.id in exp.boundary
     assert core.vectors.vectors_of("policy", "vec", [exp.id])  # in the index: recallable at once
     assert stage_report(core, episode).created == [exp.id]
 
 
-async def test_expected_actual_mismatch_becomes_a_repair_instruction(core_factory: Any) -> None:
+async def test_expected_actual_mismatch_keeps_the_words_and_observes_the_factor(core_factory: Any) -> None:
     core = with_stage(await core_factory())
     episode, _, _ = await run_task(core, "se_b", 1_000_000)
     raw = verifier(passed=2, total=5, expected={"total_value": 1234}, actual={"total_value": 1234000})
     await submit(core, episode, "negative", 1.0, rationale="values must be in thousands", raw=raw)
     [exp] = await experiences(core)
     assert exp.experience_type == "repair_instruction" and not exp.skill_eligible
-    assert "divide the raw values by 1,000 (expected 1234, got 1234000)" in exp.procedure
-    assert "values must be in thousands" in exp.procedure
-    assert any("unscaled" in line for line in exp.anti_pattern)
-    assert "sec13f_issuer_values" in exp.verification and "total_value" in exp.verification
-    assert exp.verifier_meta["mismatches"][0]["kind"] == "scale"
+    assert exp.procedure == "1. values must be in thousands"
+    assert exp.verification == "The answer was 1,000× the expected value."
+    assert "1234" not in exp.procedure + exp.verification + exp.title + " ".join(exp.anti_pattern)
+    assert exp.verifier_meta["mismatches"][0]["kind"] == "scale" and exp.verifier_meta["expected"] == {
+        "total_value": 1234
+    }
     assert "Not yet confirmed" in exp.boundary
+
+
+async def test_values_alone_make_no_experience_and_stay_on_the_feedback_record(core_factory: Any) -> None:
+    core = with_stage(await core_factory())
+    episode, _, _ = await run_task(core, "se_b2", 1_000_000)
+    raw = verifier(
+        passed=0, total=1, expected={"count": 4}, actual={"count": 3}, message="FAIL for t4: expected 4, got 3"
+    )
+    await submit(core, episode, "negative", 1.0, raw=raw)
+    assert await experiences(core) == []
+    assert list(stage_report(core, episode).skipped.values()) == ["not_actionable"]
 
 
 async def test_a_passed_verifier_becomes_a_success_pattern(core_factory: Any) -> None:
@@ -482,18 +407,17 @@ async def test_a_passed_verifier_becomes_a_success_pattern(core_factory: Any) ->
     [exp] = await experiences(core)
     assert exp.experience_type == "success_pattern" and exp.evidence_polarity == "positive"
     assert exp.skill_eligible and exp.status == "active"
-    assert "The 13F parser handled all holdings" in exp.procedure and "parse_13f.py" in exp.procedure
-    assert exp.title.startswith("Success (sec13f):")
+    assert "parse_13f.py" in exp.procedure
 
 
 async def test_partial_credit_is_never_a_success(core_factory: Any) -> None:
     core = with_stage(await core_factory())
     episode, _, _ = await run_task(core, "se_d", 1_000_000)
     raw = verifier(score=0.8, failing_fields=["top_class_counts"])
-    await submit(core, episode, "positive", 0.8, rationale="Nearly there.", raw=raw)
+    await submit(core, episode, "positive", 0.8, rationale="Nearly there: count each class once per filing.", raw=raw)
     [exp] = await experiences(core)
-    assert exp.experience_type == "failure_avoidance" and exp.evidence_polarity == "negative"
-    assert not exp.skill_eligible and "top_class_counts" in exp.procedure
+    assert exp.experience_type == "repair_instruction" and exp.evidence_polarity == "negative"
+    assert not exp.skill_eligible and exp.procedure == "1. Nearly there: count each class once per filing."
 
 
 async def test_noise_creates_no_experience(core_factory: Any) -> None:
@@ -509,7 +433,7 @@ async def test_noise_creates_no_experience(core_factory: Any) -> None:
     assert list(stage_report(core, episode).skipped.values()) == ["not_actionable"] * 4
     # actionable but weak: neutral, magnitude 0.3, no verifier, a near-zero reward
     weak, _, _ = await run_task(core, "se_e2", 2_000_000)
-    await submit(core, weak, "neutral", 0.3, rationale="The total market value per issuer is wrong")
+    await submit(core, weak, "neutral", 0.3, rationale="You summed the issuer values from the wrong column")
     assert list(stage_report(core, weak).skipped.values()) == ["below_significance"]
     assert await experiences(core) == []
 
@@ -524,7 +448,7 @@ async def test_a_high_salience_avoidance_is_recalled_under_avoid_for_a_similar_t
     _, _, started = await run_task(core, "se_g", 2_000_000, SIMILAR_TASK)
     assert exp.id in {h.ref_id for h in started.hits if h.ref_kind == "experience"}
     block = started.injected_context
-    assert "[failure to avoid]" in block and f"Avoid: {AVOID_SCHEMA}" in block
+    assert "[failure to avoid]" in block and f"Avoid: 1. {AVOID_SCHEMA}" in block
 
 
 async def test_reruns_and_repeated_evidence_create_nothing_new(core_factory: Any) -> None:
@@ -540,7 +464,7 @@ async def test_reruns_and_repeated_evidence_create_nothing_new(core_factory: Any
     assert exp.support == 1 and exp.source_feedback_ids == [again.id]
 
 
-async def test_two_similar_failures_merge_into_one_experience(core_factory: Any) -> None:
+async def test_the_same_convention_taught_again_merges_and_another_one_stays_apart(core_factory: Any) -> None:
     core = with_stage(await core_factory())
     first, _, _ = await run_task(core, "se_i", 1_000_000)
     fb1 = await submit(core, first, "negative", 1.0, rationale=AVOID_SCHEMA, raw=verifier(passed=0, total=4))
@@ -550,8 +474,13 @@ async def test_two_similar_failures_merge_into_one_experience(core_factory: Any)
     [exp] = await experiences(core)
     assert exp.support == 2 and exp.source_feedback_ids == [fb1.id, fb2.id]
     assert exp.source_episode_ids == [first, second] and exp.evidence_polarity == "negative"
-    assert any("stock_holding" in line for line in exp.anti_pattern)  # the new guidance line
+    assert exp.lesson is not None and exp.lesson.lines[0] == AVOID_SCHEMA  # the first wording stays first
+    assert any("stock_holding" in line for line in exp.lesson.lines)  # the new name came with the new wording
     assert stage_report(core, second).merged == [exp.id]
+    # a different convention on the same files is a lesson of its own
+    third, _, _ = await run_task(core, "se_j2", 3_000_000, SIMILAR_TASK)
+    await submit(core, third, "negative", 1.0, rationale="The cusip field keeps its leading zeros.")
+    assert len(await experiences(core)) == 2
 
 
 async def test_low_confidence_feedback_starts_as_a_candidate_until_a_second_verdict_confirms_it(
@@ -559,16 +488,22 @@ async def test_low_confidence_feedback_starts_as_a_candidate_until_a_second_verd
 ) -> None:
     core = await core_factory()
     first, _, _ = await run_task(core, "se_lc1", 1_000_000)
-    complaint = "The total market value per issuer in answers.json is wrong"
-    await submit(core, first, "negative", 1.0, rationale=complaint)
+    diagnosis = "You summed the market value per issuer in answers.json from the wrong column"
+    await submit(core, first, "negative", 1.0, rationale=diagnosis)
     [exp] = await experiences(core)
     assert exp.status == "candidate" and exp.confidence < 0.5 and exp.salience == pytest.approx(1.0)
-    # a candidate is recalled next to similar tasks (with its caveat), but no skill or world model builds on it
+    # a candidate is recalled next to similar tasks, but no skill or world model builds on it
     _, _, again = await run_task(core, "se_lc2", 2_000_000, SIMILAR_TASK)
     assert exp.id in {hit.ref_id for hit in again.hits}
     second = again.query.episode_id
     assert second is not None
-    await submit(core, second, "negative", 1.0, rationale="The value per issuer in answers.json is wrong again")
+    await submit(
+        core,
+        second,
+        "negative",
+        1.0,
+        rationale="You took the value per issuer in answers.json from the wrong column again",
+    )
     [confirmed] = await experiences(core)
     assert confirmed.id == exp.id and confirmed.support == 2 and confirmed.status == "active"
 
@@ -584,11 +519,11 @@ async def test_a_repair_instruction_is_validated_by_a_later_success(core_factory
     other, _, _ = await run_task(
         core, "se_l", 2_000_000, "Write a haiku about autumn leaves to poem.txt", reply="Wrote the haiku.", tools=[]
     )
-    await submit(core, other, "positive", 1.0, rationale="Lovely, the haiku has the right 5-7-5 syllable count.")
+    await submit(core, other, "positive", 1.0, rationale="Lovely, the haiku keeps the 5-7-5 syllable count.")
     assert (await core.get_policy(dto.GetByIdParams(id=repair.id))).experience_type == "repair_instruction"  # type: ignore[union-attr]
     # the same family, later, with the repair recalled and followed: validated
     second, _, started = await run_task(
-        core, "se_m", 3_000_000, SIMILAR_TASK, reply="Divided every value by 1000 and wrote answers.json."
+        core, "se_m", 3_000_000, SIMILAR_TASK, reply="Kept every value in thousands and wrote answers.json."
     )
     assert repair.id in {h.ref_id for h in started.hits}
     await core.flush()  # the turn's cached result (what was recalled) is written behind
@@ -599,9 +534,8 @@ async def test_a_repair_instruction_is_validated_by_a_later_success(core_factory
     assert validated.source_feedback_ids == [fb1.id, fb2.id] and second in validated.source_episode_ids
     assert "Confirmed by a later successful run" in validated.boundary
     assert stage_report(core, second).validated == [repair.id]
-    assert [e.experience_type for e in await experiences(core, experienceType="success_pattern")] == [
-        "success_pattern"
-    ]  # only the haiku's own success: the 13F success went into the validated repair
+    # only the haiku's own success is a success pattern: the 13F success went into the validated repair
+    assert [e.experience_type for e in await experiences(core, experienceType="success_pattern")] == ["success_pattern"]
 
 
 async def test_get_and_list_policies_respect_filters_and_namespaces(core_factory: Any) -> None:
@@ -661,8 +595,9 @@ async def test_a_scripted_llm_rewords_the_draft_but_not_its_type(core_factory: A
     episode, _, _ = await run_task(core, "se_o", 1_000_000)
     await submit(core, episode, "negative", 1.0, rationale=AVOID_SCHEMA, raw=verifier(passed=0, total=4))
     [exp] = await experiences(core)
-    assert exp.title == "Avoid (sec13f): Keep each 13F task's own answers.json schema"
-    assert exp.trigger == REFINED["trigger"] and exp.procedure == REFINED["procedure"]
+    assert exp.title == "Keep each 13F task's own answers.json schema"
+    assert exp.trigger.startswith(REFINED["trigger"]) and exp.procedure == REFINED["procedure"]
+    assert exp.lesson is not None and exp.lesson.lines == [AVOID_SCHEMA]  # the feedback's words stay the lesson
     assert exp.experience_type == "failure_avoidance" and not exp.skill_eligible  # the outcome decided, not the LLM
     assert exp.anti_pattern == REFINED["avoid"] and exp.preference == REFINED["prefer"]
     assert core.llm.stats()["ops"]["feedback.refine"]["calls"] == 1
@@ -693,7 +628,7 @@ async def test_refinement_switched_off_keeps_the_rule_draft_and_asks_nothing(cor
     episode, _, _ = await run_task(core, "se_q", 1_000_000)
     await submit(core, episode, "negative", 1.0, rationale=AVOID_SCHEMA, raw=verifier(passed=0, total=4))
     [exp] = await experiences(core)
-    assert exp.title.startswith("Avoid (sec13f): reuse the previous task's answers.json schema")
+    assert exp.title == AVOID_SCHEMA
     assert not any("Turn that feedback into ONE experience" in messages[0].content for messages in provider.calls)
     assert "feedback.refine" not in core.llm.stats()["ops"]
 
@@ -708,5 +643,5 @@ async def test_an_unusable_or_failing_llm_falls_back_to_the_rule_draft(core_fact
     episode, _, _ = await run_task(core, "se_p", 1_000_000)
     await submit(core, episode, "negative", 1.0, rationale=AVOID_SCHEMA, raw=verifier(passed=0, total=4))
     [exp] = await experiences(core)
-    assert exp.title.startswith("Avoid (sec13f): reuse the previous task's answers.json schema")
+    assert exp.title == AVOID_SCHEMA
     assert AVOID_SCHEMA in exp.procedure and exp.experience_type == "failure_avoidance"

@@ -292,7 +292,10 @@ def assess(feedback: FeedbackFacts, episode: EpisodeFacts) -> Assessment:
     observed = tuple(observations(verifier)) if verifier is not None else ()
     outcome = objective_outcome(feedback, episode, reading)
     severity = verifier.severity if verifier is not None else 0.0
-    verified_run = verifier is not None and verifier.outcome == "pass" and bool(episode.steps or episode.reply)
+    # a verified run's steps are the lesson of a success, and so are those of a run the user explicitly approved
+    ran = bool(episode.steps or episode.reply)
+    approved = verifier is None and feedback.polarity == "positive" and bool(reading.praise or lessons)
+    verified_run = ran and ((verifier is not None and verifier.outcome == "pass") or approved)
     # a verified run's steps are the procedure; otherwise the words (or what the verifier observed) must say it
     actionable = bool(lessons or observed or verified_run)
     r_abs = abs(episode.r_task) if episode.r_task is not None else 0.0
@@ -555,6 +558,9 @@ def _draft(
         steps = list(episode.steps[:MAX_STEPS])
         if not steps and episode.reply:
             steps = [clip(first_sentence(episode.reply), STEP_CHARS)]
+        if not lesson:  # what the approval said was right, when it said something
+            lesson = [line.text for line in assessment.reading.praise][:2]
+            roles = ["praise"] * len(lesson)
         procedure_lines = _unique([*lesson, *steps])
         if not procedure_lines:
             return None
@@ -714,10 +720,15 @@ def merge_lines(
     return [*fresh, *kept][:cap]
 
 
+#: Share of a new wording's content words the kept lines lack for it to be kept too.
+NOVEL_WORDS: Final = 0.5
+
+
 def merged_lesson(existing: Sequence[str], new: Sequence[str]) -> list[str]:
     """The lesson lines of an experience after the same convention was taught again: the first wording stays
-    first; a new wording is added when it says something the kept lines do not (another language, another name,
-    a number), at most `MAX_LESSON_LINES`."""
+    first; a new wording is added when it says something the kept lines do not — another language, another name
+    or number, or mostly other words (a paraphrase that only restates is counted in the support, not shown
+    again) — at most `MAX_LESSON_LINES`."""
     out = [line for line in existing if line.strip()]
     for line in new:
         if any(same_line(line, old) for old in out):
@@ -725,7 +736,9 @@ def merged_lesson(existing: Sequence[str], new: Sequence[str]) -> list[str]:
         known = key_terms(out, numbers(" ".join(out)))
         fresh = key_terms([line], numbers(line)) - known
         other_script = _script(line) not in {_script(old) for old in out}
-        if (fresh or other_script) and len(out) < MAX_LESSON_LINES:
+        words = set(specific_tokens(line))
+        novel = len(words - set(specific_tokens(" ".join(out)))) / len(words) if words else 0.0
+        if (fresh or other_script or novel >= NOVEL_WORDS) and len(out) < MAX_LESSON_LINES:
             out.append(line)
     return out
 

@@ -48,15 +48,18 @@ from memos_bridge.core.learning.experiences.store import Plan, State, Written
 from memos_bridge.core.learning.reward_stage import RewardReport
 from memos_bridge.llm.prompts import FEEDBACK_REFINE
 from memos_bridge.rules.lessons import convention_overlap
+from memos_bridge.rules.subjects import same_inputs
 from memos_bridge.rules.text import clip
 from memos_bridge.rules.tokens import token_similarity
 
 log = logging.getLogger(__name__)
 
 #: Two lessons without a subject of their own (no names, units or numbers) are the same convention only when
-#: this similar in meaning and sharing this much of their wording.
+#: this similar in meaning and sharing this much of their wording; learnt on the same inputs, a little less.
 NO_SUBJECT_SIMILARITY: Final = 0.82
 NO_SUBJECT_WORDS: Final = 0.25
+SAME_INPUT_SIMILARITY: Final = 0.7
+SAME_INPUT_WORDS: Final = 0.5
 #: A later success validates a repair instruction when its task is this similar to the repair's task …
 VALIDATION_TASK_SIMILARITY: Final = 0.72
 #: … and it followed the repair: recalled for that task, or this share of the repair's distinctive words used.
@@ -225,8 +228,12 @@ def same_convention(draft: ExperienceDraft, row: Any, cosine: float) -> bool:
     words = token_similarity(
         " ".join(draft.lesson or [draft.title]), " ".join(lesson_of(row.lesson_json, row.procedure))
     )
+    theirs = row.lesson_json.get("terms") if isinstance(row.lesson_json, dict) else None
+    same_context = same_inputs(draft.terms, [str(t) for t in theirs or []])
     if draft.subject.terms() or stored.terms():
-        return convention_overlap(draft.subject, stored, words)
+        return convention_overlap(draft.subject, stored, words, same_context or not theirs)
+    if same_context and (cosine >= SAME_INPUT_SIMILARITY or words >= SAME_INPUT_WORDS):
+        return True  # "These feeds use a comma as the decimal point" / "Remember the decimal comma in these feeds"
     return cosine >= NO_SUBJECT_SIMILARITY and words >= NO_SUBJECT_WORDS
 
 

@@ -282,7 +282,7 @@ def apply(
     written: list[Written] = []
     touched: set[str] = set()
     for plan in plans:
-        target = db.get(PolicyRow, plan.target) if plan.target else None
+        target = db.scalar(select(PolicyRow).where(PolicyRow.id == plan.target)) if plan.target else None
         live = target is not None and target.archived_at is None and target.status != "archived"
         if plan.action == "validate" and live and target is not None and target.experience_type == "repair_instruction":
             written.append(_validate(target, plan, feedback, episode, now, first=target.id not in touched))

@@ -1,0 +1,232 @@
+"""The lesson sentence classifier, the instance filter and subject terms: the pure rules every learning stage
+shares. Wordings here are this file's own (none is a corpus family's), in English and Chinese, in every feedback
+style the service meets: a verifier payload's message, verifier text, a user's correction in either language, a
+terse one-liner, long mixed praise and correction."""
+
+from __future__ import annotations
+
+import pytest
+
+from memos_bridge.rules.instance import InstanceContext, instance_specific, strip_instance
+from memos_bridge.rules.lessons import (
+    convention_overlap,
+    group_lessons,
+    read_feedback,
+    role_of,
+    sentences,
+)
+from memos_bridge.rules.subjects import identifiers, mentions, numbers, shares_words, subject_of, units
+
+NAIVE = InstanceContext.build(answer_texts=['Done: wrote answer.json with {"total_kg": 910.0}.'], fields=["total_kg"])
+
+
+def lessons(text: str, context: InstanceContext = NAIVE) -> list[list[str]]:
+    return [group.texts for group in group_lessons(read_feedback(text, context).lessons)]
+
+
+# ---------------------------------------------------------------- sentences
+
+
+def test_sentences_split_on_sentence_marks_not_on_numbers_files_or_abbreviations() -> None:
+    text = "Multiply by 0.4536, e.g. for shipments.csv. Weights are pounds!\nNext line。第二句。"
+    assert sentences(text) == [
+        "Multiply by 0.4536, e.g. for shipments.csv.",
+        "Weights are pounds!",
+        "Next line。",
+        "第二句。",
+    ]
+
+
+# ---------------------------------------------------------------- roles, EN and ZH
+
+
+@pytest.mark.parametrize(
+    ("text", "role"),
+    [
+        ("The tare column is recorded in ounces.", "convention"),
+        ("`ship_date` values are day-first.", "convention"),
+        ("Status code 7 means the order was refunded.", "convention"),
+        ("Convert every duration to minutes before summing.", "instruction"),
+        ("Always round the rates to one decimal.", "instruction"),
+        ("Next time, skip the header row of the ledger.", "instruction"),
+        ("Never delete rows flagged keep.", "prohibition"),
+        ("Don't add the tax twice.", "prohibition"),
+        ("The rate is a percentage, not a fraction.", "correction"),
+        ("Use UTC instead of local time.", "correction"),
+        ("I prefer the totals as whole euros.", "preference"),
+        ("You added the ounces as if they were grams.", "diagnosis"),
+        ("tare=oz, ÷16 for lb", "note"),
+        ("Great work, thanks!", "praise"),
+        ("That won't run.", "complaint"),
+        ("仓库导出的 tare 列单位是盎司。", "convention"),
+        ("汇总前要先把时长换算成分钟。", "instruction"),
+        ("别把税加两次。", "prohibition"),
+        ("费率不是小数而是百分数。", "correction"),
+        ("我喜欢用整数欧元表示总额。", "preference"),
+    ],
+)
+def test_every_sentence_shape_gets_its_role(text: str, role: str) -> None:
+    assert role_of(text) == role
+
+
+@pytest.mark.parametrize("text", ["wrong", "不对", "try again", "Wrong, try again", "不对，再试试", "This is correct."])
+def test_bare_verdicts_teach_nothing(text: str) -> None:
+    assert read_feedback(text).lessons == []
+
+
+# ---------------------------------------------------------------- the faithful core, and instance content
+
+
+@pytest.mark.parametrize(
+    ("text", "lesson"),
+    [
+        # a verifier's message: its verdict and ids go, its rule stays word for word
+        (
+            "FAIL wt-3: total_kg mismatch. The tare column is recorded in ounces; divide by 35.274 for kg.",
+            "The tare column is recorded in ounces; divide by 35.274 for kg.",
+        ),
+        # verifier text with the values inline
+        (
+            "check wt-3 total_kg: expected 412.77, got 910.0. Tare is in ounces — divide by 35.274.",
+            "Tare is in ounces — divide by 35.274.",
+        ),
+        # a user in English with the right answer
+        (
+            "The tare is in ounces, so divide by 35.274. It should come to 412.77.",
+            "The tare is in ounces, so divide by 35.274.",
+        ),
+        # a user in Chinese with the right answer and this attempt's value
+        (
+            "tare 列的单位是盎司，要除以 35.274 才是千克。正确答案是 412.77。你算出来的是 910。",
+            "tare 列的单位是盎司，要除以 35.274 才是千克。",
+        ),
+        # terse
+        ("tare is oz not kg (÷35.274)", "tare is oz not kg (÷35.274)"),
+        # long mixed: praise and values around the correction
+        (
+            "Thanks, the layout is perfect. But the total came out as 910.0 and it should be 412.77 — our tare "
+            "column is in ounces, so divide by 35.274 to get kilograms. Everything else looks fine!",
+            "Our tare column is in ounces, so divide by 35.274 to get kilograms.",
+        ),
+    ],
+    ids=["verifier_payload", "verifier_text", "user_en", "user_zh", "terse", "long_mixed"],
+)
+def test_the_lesson_is_the_feedbacks_own_sentence_without_this_attempts_values(text: str, lesson: str) -> None:
+    assert lessons(text) == [[lesson]]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Expected 1234.5 but got 1234500.",
+        "The right answer was 17.",
+        "正确答案是 412.77。",
+        "Verifier: FAIL for t7_stock",
+        "check wt-3: mismatch",
+        "expected: ledger sync --all acct-9\n  got: ledger sync acct-9",
+        "The westernmost depot is dp_441.",
+        "Leave them out: 13 pallets, 1960 kg shipped.",
+    ],
+)
+def test_instance_content_never_becomes_a_lesson(text: str) -> None:
+    assert read_feedback(text, NAIVE).lessons == []
+
+
+@pytest.mark.parametrize(
+    ("sentence", "kept"),
+    [
+        ("Multiply by 0.4536 to get 412.77.", ["0.4536"]),
+        ("Divide by 1,000 before reporting.", ["1,000"]),
+        ("The service listens on port 8443.", ["8443"]),
+        ("Round to 2 decimals.", ["2"]),
+        ("The depot clock runs at UTC+10.", ["10"]),
+        ("Rates are on a 0-100 scale.", ["0", "100"]),
+        ("A missing fee field means the standard 1.00 EUR fee.", ["1.00"]),
+    ],
+)
+def test_numbers_that_are_part_of_a_convention_stay(sentence: str, kept: list[str]) -> None:
+    filtered = strip_instance(sentence, InstanceContext())
+    assert filtered.text and all(number in filtered.text for number in kept), filtered
+
+
+def test_a_format_shown_by_example_stays_a_bare_answer_goes() -> None:
+    context = InstanceContext.build(answer_texts=['{"duration": 310}'])
+    assert lessons("Durations go in as hours and minutes, like 5:10, not 310.", context) == [
+        ["Durations go in as hours and minutes, like 5:10."]
+    ]
+
+
+def test_a_value_known_to_be_this_attempts_is_removed_wherever_it_stands() -> None:
+    context = InstanceContext.build(expected={"stock": 1234.5}, actual={"stock": 1234500})
+    assert lessons("Values of 1234500 are raw units: the stock column is in thousands.", context) == [
+        ["The stock column is in thousands."]
+    ]
+
+
+def test_lines_stored_earlier_that_restate_an_attempt_are_instance_specific() -> None:
+    assert instance_specific("`top_total_value` should be 13970, got 14070.")
+    assert instance_specific("Expected 12 rows but got 9.")
+    assert instance_specific("Verifier: FAIL for t3_weights")
+    assert not instance_specific("Amounts must be rounded to 2 decimals.")
+    assert not instance_specific("Report `v` in thousands: divide by 1,000 (expected 1, got 1000).")
+
+
+# ---------------------------------------------------------------- one lesson per convention
+
+
+def test_two_conventions_in_one_feedback_are_two_lessons_and_a_continuation_stays() -> None:
+    text = (
+        "Our tare column is in ounces. Divide by 35.274 to get kilograms. The fee column is in cents, so divide by 100."
+    )
+    assert lessons(text) == [
+        ["Our tare column is in ounces.", "Divide by 35.274 to get kilograms."],
+        ["The fee column is in cents, so divide by 100."],
+    ]
+
+
+def test_a_sentence_that_points_back_keeps_the_one_it_points_to() -> None:
+    text = "You skipped every row with a RET- code, but those are real sales. Look them up in ret_codes.csv."
+    assert lessons(text) == [
+        ["You skipped every row with a RET- code, but those are real sales.", "Look them up in ret_codes.csv."]
+    ]
+
+
+def test_the_same_convention_in_another_language_overlaps_a_different_one_does_not() -> None:
+    english = subject_of("The `tare` field is in ounces: divide by 35.274.", numbers("35.274"))
+    chinese = subject_of("`tare` 字段的单位是盎司，要除以 35.274。", numbers("35.274"))
+    other = subject_of("The `fee` field is in cents.")
+    assert convention_overlap(english, chinese, 0.0)
+    assert not convention_overlap(english, other, 0.0)
+
+
+# ---------------------------------------------------------------- subject terms and recall by subject
+
+
+def test_identifiers_units_and_numbers_are_found_by_shape() -> None:
+    text = "In `ledger.csv` the amt_cents field of ledger.entries, --dry-run and X-Api-Key, "
+    text += "under archive/, the tare column"
+    assert identifiers(text) == [
+        "ledger.csv",
+        "amt_cents",
+        "ledger.entries",
+        "--dry-run",
+        "X-Api-Key",
+        "archive/",
+        "tare",
+    ]
+    assert [u.canonical for u in units("pounds, 磅, kg and 千克, per cent")] == ["lb", "kg", "percent"]
+    assert [n.text for n in numbers("08/01/2024 at 14:30 costs $12.50, x0.4536, 1,000")] == [
+        "$12.50",
+        "0.4536",
+        "1,000",
+    ]
+
+
+def test_a_request_names_a_subject_by_its_names_not_by_a_word_inside_a_flag() -> None:
+    assert mentions("Which region sold most?", ["--region"]) is False
+    assert mentions("Deploy with deployctl --region eu-2", ["--region"]) is True
+    assert mentions("Which carrier in depot_manifest_may13.txt?", ["depot_manifest_may12.txt"]) is True
+    assert mentions("Count rows of marigold_orders.csv", ["returns", "larkspur_returns.csv"]) is False
+    assert mentions("Total tare in kilograms", ["kg"]) is True
+    assert shares_words("force push the release to main", ["main", "force", "push"])
+    assert not shares_words("compute the revenue", ["main", "force", "push"])
