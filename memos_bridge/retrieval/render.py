@@ -239,11 +239,11 @@ def experience_body(exp: ExperienceSnippet) -> str:
     """Do/Avoid/Check/Scope by experience type; failure avoidance never reads as a recipe that worked."""
     kind = exp.experience_type
     lines = _lines("Trigger:", exp.trigger)
-    if kind == "failure_avoidance":
-        lines += _lines("Avoid:", [exp.procedure, *exp.anti_pattern])
+    if kind == "failure_avoidance":  # each line of what to avoid under its own label, unnumbered
+        lines += _lines("Avoid:", [*numbered_steps(exp.procedure), *exp.anti_pattern])
         lines += _lines("Instead:", exp.preference)
     elif kind == "preference":
-        lines += _lines("Prefer:", [exp.procedure, *exp.preference])
+        lines += _lines("Prefer:", [*numbered_steps(exp.procedure), *exp.preference])
         lines += _lines("Avoid:", exp.anti_pattern)
     elif kind in ("repair_instruction", "verifier_feedback"):
         lines += _lines("Fix:", transferable_steps(exp.procedure))
@@ -378,7 +378,7 @@ def render_block(data: RenderInput, *, reason: str = "turn_start", options: Rend
     exp_entries += [
         _entry(
             len(full) + i,
-            f"[update to a recalled skill] {clip(e.title, 120)} (id={e.ref_id})",
+            f"[update to a recalled skill] (id={e.ref_id})",  # its title is the skill's line already
             "\n".join(
                 _lines("Avoid:", e.anti_pattern) + _lines("Prefer:", e.preference) + _lines("Check:", e.verification)
             )

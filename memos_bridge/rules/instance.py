@@ -600,6 +600,15 @@ def _starts_with_name(text: str) -> bool:
     return bool(re.search(r"[._`\d]|[a-z][A-Z]", head))
 
 
+def states_instance(text: str, context: InstanceContext) -> bool:
+    """Whether a line written by someone else (a model's rewording) carries this attempt's own values: a known
+    value of it, or one of its answer strings."""
+    lowered = text.casefold()
+    if any(value in lowered for value in context.strings):
+        return True
+    return any(context.has_value(number) for number in numbers(text))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # lines already written: does a stored guidance line restate one attempt?
 

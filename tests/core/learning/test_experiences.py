@@ -448,7 +448,7 @@ async def test_a_high_salience_avoidance_is_recalled_under_avoid_for_a_similar_t
     _, _, started = await run_task(core, "se_g", 2_000_000, SIMILAR_TASK)
     assert exp.id in {h.ref_id for h in started.hits if h.ref_kind == "experience"}
     block = started.injected_context
-    assert "[failure to avoid]" in block and f"Avoid: 1. {AVOID_SCHEMA}" in block
+    assert "[failure to avoid]" in block and f"Avoid: {AVOID_SCHEMA}" in block
 
 
 async def test_reruns_and_repeated_evidence_create_nothing_new(core_factory: Any) -> None:

@@ -39,7 +39,7 @@ from memos_bridge.core.learning.experiences.verifier import (
     record_lines,
 )
 from memos_bridge.llm.prompts import FeedbackRefineOutput
-from memos_bridge.rules.instance import InstanceContext, instance_specific
+from memos_bridge.rules.instance import InstanceContext, instance_specific, states_instance
 from memos_bridge.rules.lessons import (
     LessonGroup,
     Reading,
@@ -612,11 +612,17 @@ def same_line(a: str, b: str) -> bool:
 # The LLM's wording
 
 
-def apply_refinement(draft: ExperienceDraft, output: FeedbackRefineOutput, evidence: str) -> ExperienceDraft | None:
+def apply_refinement(
+    draft: ExperienceDraft,
+    output: FeedbackRefineOutput,
+    evidence: str,
+    instance: InstanceContext | None = None,
+) -> ExperienceDraft | None:
     """The LLM's wording of a rule draft; None when it is unusable: an empty field, a procedure sharing no
-    specific word with the evidence (an invented lesson), or one that drops a key term of the lesson — a name, a
+    specific word with the evidence (an invented lesson), one that drops a key term of the lesson — a name, a
     unit or a convention number the feedback gave (a rewording that loses "0.4536" or `weight` teaches less than
-    the feedback's own words).
+    the feedback's own words) — or one that states this attempt's values (`instance`: a model copies "expected
+    1234, not 1234000" into its wording as readily as a verifier prints it). Its other lines that do are dropped.
 
     The type, polarity, confidence, salience, tags, subject and verifier data stay the rule draft's: the
     objective outcome decides them, not the wording. The feedback's own lines stay in `lesson` (what compact
@@ -631,15 +637,23 @@ def apply_refinement(draft: ExperienceDraft, output: FeedbackRefineOutput, evide
     wanted = key_terms(draft.lesson, parameters)
     if not keeps_terms(procedure + "\n" + title, wanted):
         return None
-    avoid = [squash(line) for line in output.avoid if line.strip() and not instance_specific(line)]
-    prefer = [squash(line) for line in output.prefer if line.strip() and not instance_specific(line)]
+    context = instance or InstanceContext()
+
+    def own(line: str) -> bool:
+        return bool(line.strip()) and not instance_specific(line) and not states_instance(line, context)
+
+    if not own(procedure) or not own(title):
+        return None
+    avoid = [squash(line) for line in output.avoid if own(line)]
+    prefer = [squash(line) for line in output.prefer if own(line)]
+    verification = squash(output.verification) if own(output.verification) else ""
     said = [unnumbered(line) for line in procedure.splitlines() if line.strip()]
     return replace(
         draft,
         title=titled(title),
         trigger=clip(f"{trigger} ({draft.trigger})", 400) if draft.subject.identifiers else clip(trigger, 400),
         procedure=procedure,
-        verification=squash(output.verification) or draft.verification,
+        verification=verification or draft.verification,
         boundary=squash(output.boundary) or draft.boundary,
         anti_pattern=merge_lines([], [*avoid, *draft.anti_pattern], exclude=said, cap=MAX_LINES),
         preference=merge_lines([], [*prefer, *draft.preference], exclude=said, cap=MAX_LINES),

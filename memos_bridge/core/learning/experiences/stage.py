@@ -39,6 +39,7 @@ from memos_bridge.core.learning.experiences.rules import (
     apply_refinement,
     assess,
     draft_experiences,
+    instance_context,
     lesson_of,
     may_merge,
     repair_adherence,
@@ -211,7 +212,7 @@ async def _refine(
         return draft
     report.llm_calls += 1
     evidence = "\n".join([feedback.text, episode.task, *episode.steps, draft.procedure])
-    refined = apply_refinement(draft, answer, evidence)
+    refined = apply_refinement(draft, answer, evidence, instance_context(feedback, episode))
     if refined is None:
         log.info("feedback refinement for %s was unusable or dropped a key term; using the rule draft", feedback.id)
     return refined or draft
