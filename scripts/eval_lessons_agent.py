@@ -32,10 +32,12 @@ def summary(runs: Sequence[ArmRun]) -> dict[str, Any]:
     tasks = len(runs[0].attempts) if runs else 0
     rates = {run.arm: run.passed / tasks if tasks else 0.0 for run in runs}
     out: dict[str, Any] = {"tasks": tasks, "passed": {run.arm: run.passed for run in runs}, "rates": rates}
-    if {"none", "naive", "service", "oracle"} <= set(rates):
+    if {"none", "naive", "oracle"} <= set(rates):
         gain = rates["oracle"] - rates["none"]
-        out["serviceMinusNaivePoints"] = round(100 * (rates["service"] - rates["naive"]), 1)
-        out["shareOfOracleGain"] = round((rates["service"] - rates["none"]) / gain, 3) if gain > 0 else None
+        for arm, label in (("service", "service"), ("service-full", "serviceFull")):
+            if arm in rates:
+                out[f"{label}MinusNaivePoints"] = round(100 * (rates[arm] - rates["naive"]), 1)
+                out[f"{label}ShareOfOracleGain"] = round((rates[arm] - rates["none"]) / gain, 3) if gain > 0 else None
     families = sorted({a.family for run in runs for a in run.attempts})
     out["perFamily"] = {
         family: {run.arm: sum(a.passed for a in run.attempts if a.family == family) for run in runs}
@@ -53,7 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--split", choices=SPLITS, default="report")
     parser.add_argument("--family", action="append", default=[], help="only these families (repeatable)")
     parser.add_argument("--arm", action="append", choices=ARMS, help="arms to run (default: all four)")
-    parser.add_argument("--render", choices=("compact", "full"), default="compact", help="the service arm's block")
+    parser.add_argument(
+        "--render",
+        choices=("compact", "full", "both"),
+        default="compact",
+        help="the service arm's block (both: the service arm twice, the full block as `service-full`)",
+    )
     parser.add_argument("--llm-url", help="an OpenAI-compatible base URL ending in /v1")
     parser.add_argument("--llm-serve", metavar="MODEL", help="start `memos-bridge llm serve --model MODEL` for the run")
     parser.add_argument("--threads", type=int, default=2)
@@ -73,17 +80,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit("give --llm-url or --llm-serve")
         settings = AgentSettings(base_url=url)
         runs: list[ArmRun] = []
+        plan: list[tuple[str, str]] = []  # (arm, render)
         for arm in args.arm or ARMS:
-            runs.append(
-                run_arm(
-                    arm,
-                    families,
-                    settings,
-                    render=args.render,
-                    progress=lambda m: print(m, file=sys.stderr, flush=True),
-                )
-            )
-            print(f"{arm}: {runs[-1].passed}/{len(runs[-1].attempts)} passed ({runs[-1].wall_s:.0f} s)", flush=True)
+            if arm == "service" and args.render == "both":
+                plan += [("service", "compact"), ("service", "full")]
+            else:
+                plan.append((arm, "full" if args.render == "full" else "compact"))
+        for arm, render in plan:
+            run = run_arm(arm, families, settings, render=render, progress=_progress)
+            if arm == "service" and render == "full" and args.render == "both":
+                run.arm = "service-full"
+                for attempt in run.attempts:
+                    attempt.arm = run.arm
+            runs.append(run)
+            print(f"{run.arm}: {run.passed}/{len(run.attempts)} passed ({run.wall_s:.0f} s)", flush=True)
     result = summary(runs)
     result["wallSecondsTotal"] = round(time.perf_counter() - began, 1)
     result["families"] = [f.name for f in families]

@@ -369,8 +369,12 @@ def _identity_tokens(text: str, context: InstanceContext) -> set[str]:
     return out
 
 
-def has_content(text: str, context: InstanceContext) -> bool:
-    """Whether `text` says anything beyond verdict words, numbers, ids and the answer's field names."""
+def has_content(text: str, context: InstanceContext, *, names_count: bool = False) -> bool:
+    """Whether `text` says anything beyond verdict words, numbers, ids and the answer's field names.
+
+    `names_count`: the answer's field names are content — in a sentence that states no value of this attempt,
+    "(issuer, shares, …)" lists the names a rule is about; next to a value they are what the value was of.
+    """
     identity = _identity_tokens(text, context)
     if _VERDICT_OPENING.match(text) and (
         _WORD_WITH_DIGIT.search(text) or any(f in text.casefold() for f in context.fields)
@@ -381,7 +385,7 @@ def has_content(text: str, context: InstanceContext) -> bool:
         stripped = re.sub(re.escape(token), " ", stripped, flags=re.IGNORECASE)
     stripped = NUMBER.sub(" ", stripped)
     for token in content_tokens(stripped):
-        if token in VERDICT_WORDS or token in context.fields or token.isdigit():
+        if token in VERDICT_WORDS or token.isdigit() or (token in context.fields and not names_count):
             continue
         if _CJK_ONLY.fullmatch(token) and (len(token) < 2 or all(ch in _ZH_FUNCTION for ch in token)):
             continue  # one character, or function characters only ("也就", "是"): no content in Chinese
@@ -436,6 +440,9 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
     dropped = _has_instance(sentence, found, roles, context)
     removed: list[str] = []
     offset = 0
+    result_before = False  # the clause before was a result this attempt should have given
+    held: tuple[int, str, str] | None = None  # a value's subject left as a fragment, kept if an aside explains it
+    judged = bool(_JUDGED.search(sentence))  # a verdict names the fields it judged: no content in them
     for separator, clause in clauses(sentence):
         clause_start = sentence.find(clause, offset) if clause else offset
         clause_end = clause_start + len(clause)
@@ -469,27 +476,38 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         for number, role in sorted(inside, key=lambda item: item[0].start, reverse=True):
             if role == "instance" and text and number.end - clause_start <= len(text):
                 text = _strip_phrase(text, number, clause_start)
+        listed = result_before and (separator in _LIST_SEPARATORS or (separator.strip() == "," and not has_verb(text)))
+        result_before = False
         if _KIND_VALUE.search(clause):
             pass  # "expected header X-Token, got Authorization": what kind of thing, and which: a convention
         elif (
-            any(value in text.casefold() for value in context.strings)
-            or _RESULT_CLAUSE.search(text)
+            listed  # "正确答案是纺织品 12 件、灯具 4 件": the items after a result belong to it
+            or any(value in text.casefold() for value in context.strings)
+            or (_RESULT_CLAUSE.search(text) and not _GENERIC.search(text))
             or _QUOTED_ANSWER.search(text)
             or _near_answer(text, context)
         ):
             text = ""
+            result_before = True
+            if _PREDICATE_ONLY.match(clause):
+                _trim_dangling_subject(pieces)  # "… and the lamp, with 8 units, is the lowest": its subject goes
         else:
             text = _TRAILING_VALUE.sub("", text) if _TRAILING_VALUE.search(text) and not has_verb(text) else text
         parameter = any(role == "protected" and number.text in text for number, role in inside)
         spec = separator.strip() in (":", "：") and bool(pieces) and bool(pieces[-1][1]) and not label_before
         fragment = dropped and not spec and _fragment(text, inside)
-        if text.strip() and (has_content(text, context) or parameter) and not fragment:
+        names_count = not inside and "instance" not in roles and not dropped and not judged
+        if text.strip() and (has_content(text, context, names_count=names_count) or parameter) and not fragment:
             if text != clause:
                 removed.append(squash(clause))
                 cut = True
+            if held is not None and held[0] == len(pieces) - 1 and separator.strip() in ("(", "（"):
+                pieces[held[0]] = (held[1], held[2])  # "the partition must be 20240501 (no dashes)": its subject
             pieces.append((separator, text))
+            held = None
         else:
             removed.append(squash(clause))
+            held = (len(pieces), separator, text) if text.strip() and fragment else None
             pieces.append(("", None))
     rebuilt = _rebuild(pieces)
     original = squash(sentence)
@@ -507,10 +525,11 @@ _VALUE_TOKEN: Final = re.compile(r"[\w.$€£¥%/-]+")
 
 def _near_answer(clause: str, context: InstanceContext) -> bool:
     """Whether a clause restates this attempt's answer with edits ("tw --workspace ws-4471 run nightly-orders" for
-    the answer "tw run nightly-orders"): most of the answer's words, in its order."""
-    words = _VALUE_TOKEN.findall(clause.casefold())
+    the answer "tw run nightly-orders"): most of the answer's words, in its order, and mostly those words (a rule
+    that names part of the answer, "tw needs the global flag --workspace ws-4471", is not a restatement)."""
+    words = [w.rstrip(".") for w in _VALUE_TOKEN.findall(clause.casefold())]
     for value in context.strings:
-        wanted = _VALUE_TOKEN.findall(value)
+        wanted = [w.rstrip(".") for w in _VALUE_TOKEN.findall(value)]
         if len(wanted) < 2:
             continue
         position = 0
@@ -519,7 +538,8 @@ def _near_answer(clause: str, context: InstanceContext) -> bool:
             if token in words[position:]:
                 position = words.index(token, position) + 1
                 found += 1
-        if found / len(wanted) >= 0.6:
+        own = sum(1 for word in words if word in wanted)
+        if found / len(wanted) >= 0.6 and own / max(1, len(words)) >= 0.5:
             return True
     return False
 
@@ -552,16 +572,49 @@ def _has_instance(sentence: str, found: list[Number], roles: list[str], context:
 _PATTERN_TOKEN: Final = re.compile(r"\b[A-Za-z]+[-_:/][A-Za-z]+\b")
 
 
+#: A constraint said as a negated noun ("no dashes", "without spaces", "不带横线"): content, however short.
+_NEGATED: Final = re.compile(r"\b(?:no|without|never)\s+[a-z]{3,}|不(?:带|要|用|加|含)|没有|无", re.IGNORECASE)
+
+
 def _fragment(text: str, inside: list[tuple[Number, str]]) -> bool:
     """A clause left next to this attempt's values that is no lesson on its own: no verb and fewer than two
     content words, or an unexplained number ("the lamp", "with 8 units", "kitchen 45")."""
-    if has_verb(text) or _PATTERN_TOKEN.search(text) or units(text):
+    if has_verb(text) or _PATTERN_TOKEN.search(text) or units(text) or _NEGATED.search(text):
         return False
     shown = [(number, role) for number, role in inside if number.text in text]
     if any(role == "protected" for _, role in shown):
         return False  # "standard 1.00": a rule's parameter
     unexplained = any(role != "protected" for _, role in shown)
     return unexplained or len(content_tokens(NUMBER.sub(" ", text))) < 2
+
+
+_JUDGED: Final = re.compile(
+    r"\b(?:wrong|incorrect|mismatch(?:ed)?|fail(?:ed|s|ure)?|pass(?:ed)?|missing|error)\b|不对|错|失败|不匹配",
+    re.IGNORECASE,
+)
+#: A rule, not a result: "the first run is always a --dry-run", "每次都先…" (a result states one attempt's value).
+_GENERIC: Final = re.compile(
+    r"\b(?:always|never|usually|normally|generally|by\s+default|every|each|any)\b|总是|永远|一律|每次|始终|默认|通常",
+    re.IGNORECASE,
+)
+#: Separators that join the items of one list, never two clauses.
+_LIST_SEPARATORS: Final = frozenset({"、"})
+#: A clause that is a predicate without its subject ("is the lowest", "comes to 182").
+_PREDICATE_ONLY: Final = re.compile(r"^\W*(?:is|are|was|were|has|had|comes?|came|makes?|gives?)\b", re.IGNORECASE)
+_TRAILING_SUBJECT: Final = re.compile(r"\s+(?:and|or)\s+((?:[\w'-]+\s*){1,4})$", re.IGNORECASE)
+
+
+def _trim_dangling_subject(pieces: list[tuple[str, str | None]]) -> None:
+    """Take the subject of a dropped predicate off the kept clause it ended ("Pad to six digits and the lamp" →
+    "Pad to six digits"): the words after its last "and"/"or", when they hold no verb."""
+    for index in range(len(pieces) - 1, -1, -1):
+        separator, text = pieces[index]
+        if text is None or not text.strip():
+            continue
+        match = _TRAILING_SUBJECT.search(text)
+        if match and not has_verb(match.group(1)):
+            pieces[index] = (separator, text[: match.start()])
+        return
 
 
 def _rebuild(pieces: list[tuple[str, str | None]]) -> str:

@@ -142,7 +142,10 @@ _EVALUATIVE_PREDICATE: Final = re.compile(
     r"nice|fine|clean|correct|right|excellent|awesome|helpful|clear|solid|neat|wrong|incorrect|off|bad|broken|close|"
     r"ok|okay|spot[\s-]on|better|worse|much\s+better|plausible|reasonable|small|large|big|low|high|short|long|"
     r"too\s+\w+|way\s+\w+|a\s+bit\s+\w+|messy|tidy|neat|clean|helpful|useful|"
-    r"what\s+i\s+(?:asked|wanted|expected|needed))\b",
+    r"what\s+i\s+(?:asked|wanted|expected|needed))\b|"
+    # agreeing with the judge is a verdict too ("answers.json matches the verifier", "与预期一致")
+    r"\b(?:match(?:es|ed)?|agrees?\s+with|(?:is|are)\s+identical\s+to)\s+(?:\w+\s+){0,2}?(?:the\s+)?(?:verifier|"
+    r"expected|expectations?|reference|oracle|answer\s+key|checks?|tests?)\b|与预期一致|和预期一致|符合预期|与期望一致",
     re.IGNORECASE,
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
@@ -409,27 +412,53 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
     """Read every sentence of `text` (module docstring); `context` is what is known of this attempt."""
     context = context or InstanceContext()
     lines: list[LessonLine] = []
-    for sentence in sentences(text):
-        filtered = strip_instance(sentence, context)
-        role = role_of(filtered.text, context)
-        if filtered.cut and role not in ACTIONABLE:
-            # what is left of a clause that stated this attempt's content is a lesson only when it says what
-            # holds or what to do on its own ("So the refused returns" is not)
-            role = "instance"
-        kept = role not in ("instance", "complaint", "other") and not (role == "praise" and filtered.cut)
-        lesson = clip(filtered.text, LINE_CHARS) if kept else ""
-        parts = [p for p in _REMEDY_SPLIT.split(lesson) if p.strip()] if lesson else []
-        lines.append(
-            LessonLine(
-                text=lesson,
-                role=role,
-                source=sentence,
-                subject=subject_of(lesson, filtered.parameters) if lesson else Subject(),
-                removed=filtered.removed,
-                part_roles=frozenset(_role_of(p, context) for p in parts) if len(parts) > 1 else frozenset(),
-            )
-        )
+    for whole in sentences(text):
+        for sentence in _with_cause(whole, context):
+            lines.append(_read_sentence(sentence, context))
     return Reading(tuple(lines))
+
+
+#: "… didn't match because the warehouse drops leading zeros", "…不对，因为导出文件的重量是磅".
+_CAUSE: Final = re.compile(r"\b(?:because|since|due\s+to\s+the\s+fact\s+that)\s+|(?:因为|由于)", re.IGNORECASE)
+
+
+def _with_cause(sentence: str, context: InstanceContext) -> list[str]:
+    """A verdict that gives its cause is two sentences: the verdict, and the cause, which may be the lesson
+    ("Half the sheet didn't match because the warehouse drops leading zeros")."""
+    match = _CAUSE.search(sentence)
+    if match is None or match.start() == 0:
+        return [sentence]
+    head, cause = sentence[: match.start()].rstrip(" ,，"), sentence[match.end() :].strip()
+    if (
+        role_of(head, context) not in ("complaint", "diagnosis")
+        or not has_verb(cause)
+        or len(specific_tokens(cause)) < 2
+    ):
+        return [sentence]
+    ending = "。" if re.search(f"[{CJK_CHARS}]", cause[-1:]) else "."
+    cause = cause[:1].upper() + cause[1:]
+    return [head + ending, cause if re.search(r"[.!?。！？]$", cause) else cause + ending]
+
+
+def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
+    """One sentence's role and lesson text (module docstring)."""
+    filtered = strip_instance(sentence, context)
+    role = role_of(filtered.text, context)
+    if filtered.cut and role not in ACTIONABLE:
+        # what is left of a clause that stated this attempt's content is a lesson only when it says what
+        # holds or what to do on its own ("So the refused returns" is not)
+        role = "instance"
+    kept = role not in ("instance", "complaint", "other") and not (role == "praise" and filtered.cut)
+    lesson = clip(filtered.text, LINE_CHARS) if kept else ""
+    parts = [p for p in _REMEDY_SPLIT.split(lesson) if p.strip()] if lesson else []
+    return LessonLine(
+        text=lesson,
+        role=role,
+        source=sentence,
+        subject=subject_of(lesson, filtered.parameters) if lesson else Subject(),
+        removed=filtered.removed,
+        part_roles=frozenset(_role_of(p, context) for p in parts) if len(parts) > 1 else frozenset(),
+    )
 
 
 #: Where a sentence turns from what not to do to what to do ("Do not X: Y", "Do not X; Y instead", "别 X，要 Y").
@@ -489,12 +518,20 @@ _COORDINATION: Final = re.compile(
 )
 
 
+#: A word that refers back to something said before it ("the month of that date", "convert them", "它的单位"):
+#: a part of a sentence holding one is not a convention of its own. ("that" before an article is a conjunction.)
+_ANAPHOR: Final = re.compile(
+    r"\b(?:it|its|them|they|their|these|those|this|the\s+same)\b|\bthat\b(?!\s+(?:the|a|an)\b)|它|它们|其|这个|那个|该",
+    re.IGNORECASE,
+)
+
+
 def split_conventions(line: LessonLine) -> list[LessonLine]:
     """A sentence that teaches two conventions, each with a subject of its own that the other does not share
     ("the five files under archive/ don't count, and size is in KiB"), as two lines; any other sentence as it is.
     The lead-in before a colon ("Two things about our API:") goes with the first."""
     parts = _COORDINATION.split(line.text)
-    if len(parts) < 2:
+    if len(parts) < 2 or any(_ANAPHOR.search(part) for part in parts[1:]):
         return [line]
     wanted = set(line.subject.numbers)
     subjects = [subject_of(part, [n for n in numbers(part) if number_key(n.value) in wanted]) for part in parts]
@@ -516,8 +553,10 @@ def split_conventions(line: LessonLine) -> list[LessonLine]:
         if not re.search(r"[.!?。！？]$", text):
             text += "。" if re.search(f"[{CJK_CHARS}]$", text) else "."
         role = role_of(text)
+        if role in ("diagnosis", "complaint", "praise", "instance"):
+            continue  # "…; rows with mg-000417 were dropped": what happened to this attempt, not a convention
         out.append(replace(line, text=text, subject=subject, role=role if role in ACTIONABLE else line.role))
-    return out
+    return out or [line]
 
 
 def group_lessons(lines: Sequence[LessonLine]) -> list[LessonGroup]:

@@ -231,9 +231,18 @@ class Number:
         return sum(ch.isdigit() for ch in self.text)
 
 
-#: Dates and clock times are values of their own, not numbers ("08/01/2024", "2024-03-05", "14:30").
+_MONTH: Final = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|"
+    r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+#: Dates and clock times are values of their own, not numbers ("08/01/2024", "2024-03-05", "14:30",
+#: "8 January 2024", "Aug 1, 2024", "2024年1月8日").
 _DATE_OR_TIME: Final = re.compile(
-    r"\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b(?!\s*(?:hours?|h\b))"
+    r"\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b(?!\s*(?:hours?|h\b))|"
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}(?:\s+\d{{4}})?\b|"
+    rf"\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b|"
+    r"(?<!\d)(?:\d{4}年)?\d{1,2}月(?:\d{1,2}[日号])?",
+    re.IGNORECASE,
 )
 
 

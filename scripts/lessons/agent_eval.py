@@ -41,7 +41,8 @@ SYSTEM_PROMPT = (
     "You write Python 3 scripts that solve data tasks. The script runs in the folder that holds the task's input "
     "files, uses only the Python standard library, reads the input files itself and writes the output file the task "
     "names with json.dump. Notes from earlier tasks may follow the files: apply every note that fits the task. Values "
-    "read from a file are strings: convert numbers with int() or float(). Keep the script short, with no comments. "
+    "read from a file are strings: convert numbers with int() or float(), and compute with float (json.dump cannot "
+    "write a Decimal). Keep the script short, with no comments. "
     "Reply with exactly one ```python block and nothing else."
 )
 MEMORY_HEADER = "Notes from earlier tasks (apply what fits this task):"

@@ -241,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in problems:
         print(problem)
     counts = {split: sum(f.split == split for f in families) for split in SPLITS}
-    print(f"{len(families)} families ({counts['dev']} dev, {counts['report']} report), {len(problems)} problems")
+    split_counts = ", ".join(f"{counts[split]} {split}" for split in SPLITS)
+    print(f"{len(families)} families ({split_counts}), {len(problems)} problems")
     return 1 if problems else 0
 
 

@@ -103,6 +103,15 @@ def guide_section(guide: str, title: str) -> list[str]:
     return lines
 
 
+def _lesson_lines(policy: dict[str, Any]) -> list[dict[str, str]]:
+    """An experience's lesson as the feedback worded it, line by line with each line's role."""
+    lesson = policy.get("lesson") or {}
+    return [
+        {"text": str(text), "role": str(role)}
+        for text, role in zip(lesson.get("lines") or [], lesson.get("roles") or [], strict=False)
+    ]
+
+
 def memory_state(client: ServiceClient, timeout: float, *, full: bool = False) -> dict[str, Any]:
     """What the service has learnt so far: typed experiences, L2 policies, skills (with the Avoid lines of their
     guide), world models, LLM calls."""
@@ -120,6 +129,7 @@ def memory_state(client: ServiceClient, timeout: float, *, full: bool = False) -
                 for k in ("id", "experienceType", "status", "title", "support", "skillEligible", "antiPattern")
             }
             | {"sourceEpisodeIds": p.get("sourceEpisodeIds", []), "sourceTraceIds": p.get("sourceTraceIds", [])}
+            | {"lesson": _lesson_lines(p)}
             for p in experiences
         ],
         "policies": [

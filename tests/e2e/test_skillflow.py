@@ -71,10 +71,12 @@ def test_a_failed_task_leaves_a_typed_experience(reports: dict[str, dict[str, An
     trials = _trials(reports, name)
     failed = [t for t in trials if not t["passed"]]
     assert failed and failed[0] is trials[0]
-    (first,) = _absorbed(failed[0])
-    assert first["experienceType"] in FAILURE_TYPES and first["skillEligible"] is False
-    assert first["status"] == "active"
-    assert first["sourceTraceIds"] == failed[0]["traceIds"]  # every step the verdict was bound to
+    learnt = _absorbed(failed[0])  # one experience per convention the feedback taught
+    assert learnt
+    for first in learnt:
+        assert first["experienceType"] in FAILURE_TYPES and first["skillEligible"] is False
+        assert first["status"] == "active"
+        assert first["sourceTraceIds"] == failed[0]["traceIds"]  # every step the verdict was bound to
     for trial in failed[1:]:  # later failures create an experience or update one
         assert _absorbed(trial), trial["task"]
 
@@ -82,10 +84,10 @@ def test_a_failed_task_leaves_a_typed_experience(reports: dict[str, dict[str, An
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_next_task_recalls_the_first_lesson(reports: dict[str, dict[str, Any]], name: str) -> None:
     first, second = _trials(reports, name)[:2]
-    (lesson,) = _absorbed(first)
+    lessons = {e["id"] for e in _absorbed(first)}
     recall = second["recall"]
-    hit = next((h for h in recall["hits"] if h["refId"] == lesson["id"]), None)
-    assert hit is not None and hit["refKind"] == "experience"
+    hits = [h for h in recall["hits"] if h["refId"] in lessons]
+    assert hits and all(h["refKind"] == "experience" for h in hits)
     assert first["diagnosed"] and set(first["diagnosed"]) <= set(recall["lessonsPresent"])
     pitfalls = load_family(name).pitfalls
     assert all(pitfalls[p].feedback in recall["injected"] for p in first["diagnosed"])
@@ -131,12 +133,12 @@ def test_the_first_skill_carries_the_failures_avoidance(reports: dict[str, dict[
     trials = _trials(reports, name)
     index = next(i for i, t in enumerate(trials) if t["memoryAfter"]["skills"])
     before = trials[index - 1]["memoryAfter"]["experiences"]
-    avoidance = [
-        line
+    avoidance = [  # what the failures' feedback said not to do, in its own words
+        line["text"]
         for e in before
         if e["experienceType"] in FAILURE_TYPES
-        for line in e["antiPattern"]
-        if not instance_specific(line)  # one task's own fields or values: not a lesson the skill must carry
+        for line in e["lesson"]
+        if line["role"] == "prohibition" and not instance_specific(line["text"])
     ]
     assert avoidance
     (skill,) = trials[index]["memoryAfter"]["skills"]

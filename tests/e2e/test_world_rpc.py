@@ -26,12 +26,32 @@ from memos_bridge.embedding.base import Embedder
 from memos_bridge.llm.host import NoLLM
 from memos_bridge.storage.database import Database
 from tests.conftest import SwitchableEmbedder, make_settings
-from tests.core.learning.test_world import AVOID_THOUSANDS, SUCCESS, _experience, _setup_episode
+from tests.core.learning.test_world import (
+    AVOID_THOUSANDS,
+    SEC13F_CONFIG,
+    SUCCESS,
+    WORLD_13F,
+    _experience,
+    _setup_episode,
+)
 
 AGENT = "tester"
 NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
 HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
 ASK_13F = "SEC 13F task: total the infoTable holdings per issuer and write answers.json"
+
+
+def configure_13f(home: Path) -> None:
+    """The SEC 13F domain in the data home's config.toml, as a host configures a domain of its own (the service
+    ships none)."""
+    home.mkdir(parents=True, exist_ok=True)
+    quoted = ", ".join(json.dumps(p) for p in SEC13F_CONFIG["patterns"])
+    aliases = ", ".join(json.dumps(a) for a in SEC13F_CONFIG["aliases"])
+    (home / "config.toml").write_text(
+        "[learning.world.extra_domains.sec13f]\n"
+        f"label = {json.dumps(SEC13F_CONFIG['label'])}\naliases = [{aliases}]\npatterns = [{quoted}]\n",
+        encoding="utf-8",
+    )
 
 
 def _deadline() -> int:
@@ -43,7 +63,7 @@ def _build_world(home: Path, embedder: Embedder) -> str:
     """Two SEC 13F experiences and their world model, written into `home`'s database in-process."""
 
     async def build() -> str:
-        settings = make_settings(home)
+        settings = make_settings(home, learning=WORLD_13F)
         home.mkdir(parents=True, exist_ok=True)
         db = Database(settings.database_url)
         db.open()
@@ -62,6 +82,7 @@ def _build_world(home: Path, embedder: Embedder) -> str:
 
 def test_world_models_are_listed_fetched_and_injected_over_rpc(tmp_path: Path, real_embedder: Embedder) -> None:
     home = tmp_path / "home"
+    configure_13f(home)
     world_id = _build_world(home, real_embedder)
     with ServiceClient.spawn(home, env=NO_LLM) as client:
         listed = client.call("memory.list_world_models", {}, timeout=60)
@@ -158,6 +179,7 @@ def _host_llm(asked: list[str]) -> Any:
 @pytest.mark.parametrize("llm", ["none", "host"])
 def test_two_failed_13f_tasks_give_a_world_model_the_third_task_recalls(home: Path, llm: str) -> None:
     asked: list[str] = []
+    configure_13f(home)
     with ServiceClient.spawn(home, env=NO_LLM if llm == "none" else HOST_LLM) as client:
         if llm == "host":
             client.on_request("host.llm.complete", _host_llm(asked))

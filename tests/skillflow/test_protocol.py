@@ -132,7 +132,7 @@ def test_the_family_world_domain_goes_into_the_data_home_config(scripted: Script
     from memos_bridge.config import load_settings
 
     family = load_family("sales_csv")
-    assert family_config(load_family("sec13f")) == ""
+    assert "[learning.world.extra_domains.sec13f]" in family_config(load_family("sec13f"))
     run_with_memory(family, SimulatedAgent(), tmp_path, RunOptions(run_id="r"))
     text = (tmp_path / "home" / "config.toml").read_text()
     assert tomllib.loads(text)["learning"]["world"]["extra_domains"]["sales_csv"]["aliases"] == [

@@ -58,6 +58,7 @@ from memos_bridge.core.learning.repair_rules import (
     detect_burst,
     error_display,
     error_key,
+    for_policies,
     matches,
     merge_guidance,
     same_text,
@@ -68,6 +69,7 @@ from memos_bridge.core.learning.repair_rules import (
 from memos_bridge.core.relation import extract_correction
 from memos_bridge.ids import new_id
 from memos_bridge.llm.prompts import DECISION_REPAIR, RepairOutput
+from memos_bridge.rules.instance import InstanceContext
 from memos_bridge.rules.text import clip, squash
 from memos_bridge.storage import repos
 from memos_bridge.storage.models import DecisionRepairRow, PolicyRow, TraceRow
@@ -123,6 +125,8 @@ class _Draft:
     high_ids: list[str]
     low_ids: list[str]
     evidence_episodes: set[str]
+    #: The texts of the answer being repaired (its values are instance content for other tasks).
+    rejected_texts: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -232,8 +236,19 @@ def _attach(
     *,
     remove: tuple[str, str] | None = None,
     only: Sequence[str] | None = None,
+    rejected_texts: Sequence[str] | None = None,
 ) -> list[str]:
-    """Add the repair's lines to the live policies whose source episodes overlap `episodes` (or to `only`)."""
+    """Add the repair's lines to the live policies whose source episodes overlap `episodes` (or to `only`).
+
+    A user's correction (`rejected_texts` given: the answer it rejects) is attached without that answer's
+    values and verdicts, since policies are recalled for other tasks. A tool-failure repair is attached as
+    worded: its numbers (a row count, a port in the error) describe the tool, not one task's answer."""
+    if rejected_texts is not None:
+        context = InstanceContext.build(answer_texts=rejected_texts)
+        wording = for_policies(wording, context)
+        if remove is not None:
+            removed = for_policies(Wording(remove[0], remove[1], "info", 0.0), context)
+            remove = (removed.preference, removed.anti_pattern)
     live = and_(_owned(owner), PolicyRow.status != "archived", PolicyRow.archived_at.is_(None))
     if only is not None:
         ids = list(only)
@@ -255,7 +270,15 @@ def _attach(
 
 
 def _persist(db: Session, draft: _Draft, now: int) -> DecisionRepairRow:
-    attached = _attach(db, draft.info.owner, draft.evidence_episodes, draft.wording, now)
+    correction = draft.source == "user_correction"
+    attached = _attach(
+        db,
+        draft.info.owner,
+        draft.evidence_episodes,
+        draft.wording,
+        now,
+        rejected_texts=draft.rejected_texts if correction else None,
+    )
     row = DecisionRepairRow(
         **draft.info.owner.as_columns(),
         id=new_id("repair"),
@@ -453,6 +476,7 @@ class RepairService:
                 high_ids=[],
                 low_ids=[t.id for t in rejected],
                 evidence_episodes={episode_id} if episode_id else set(),
+                rejected_texts=tuple(f"{t.summary}\n{t.action}" for t in rejected),
             )
             return _persist(db, draft, now)
 
@@ -521,7 +545,18 @@ class RepairService:
             stored.preference, stored.anti_pattern = wording.preference, wording.anti_pattern
             stored.severity, stored.confidence = wording.severity, wording.confidence
             owner = OwnerFilter(stored.owner_agent_kind, stored.owner_profile_id, stored.owner_workspace_id)
-            _attach(db, owner, set(), wording, now, remove=old, only=stored.attached_policy_ids_json)
+            _attach(
+                db,
+                owner,
+                set(),
+                wording,
+                now,
+                remove=old,
+                only=stored.attached_policy_ids_json,
+                rejected_texts=[f"{t.summary}\n{t.action}" for t in low]
+                if stored.source == "user_correction"
+                else None,
+            )
             return stored
 
         updated = await self.ctx.db.write(update)

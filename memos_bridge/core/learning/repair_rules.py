@@ -42,6 +42,8 @@ from memos_bridge.core.capture import (
     tool_call_failed,
     tool_signature,
 )
+from memos_bridge.rules.instance import InstanceContext, has_content, instance_specific, strip_instance
+from memos_bridge.rules.lessons import sentences
 from memos_bridge.rules.text import clip, first_line, first_sentence, squash
 
 RepairSource = Literal["failure_burst", "user_correction"]
@@ -414,6 +416,36 @@ def correction_template(
 # --------------------------------------------------------------------------------------------------------
 # Policy guidance
 # --------------------------------------------------------------------------------------------------------
+
+
+def general_line(line: str, context: InstanceContext) -> str:
+    """`line` as another task may read it: without the judged attempt's values, ids and verdicts (the shared
+    instance filter, sentence by sentence), "" when nothing general is left. A repair serves its own session
+    with the values in ("the total should be 18734.00"); the policies it is attached to are recalled for other
+    tasks, where those values are another task's answer."""
+    label = _LABEL.match(line)
+    head = label.group(0) if label else ""
+    body = bare(line)
+    if instance_specific(body):
+        return ""
+    kept: list[str] = []
+    for sentence in sentences(body) or [body]:
+        filtered = strip_instance(sentence, context)
+        if filtered.text and has_content(filtered.text, context):
+            kept.append(filtered.text)
+    text = " ".join(kept).strip()
+    return f"{head}{text}" if text else ""
+
+
+def for_policies(wording: Wording, context: InstanceContext) -> Wording:
+    """The wording whose lines are attached to policies: each line through `general_line`."""
+    return Wording(
+        general_line(wording.preference, context),
+        general_line(wording.anti_pattern, context),
+        wording.severity,
+        wording.confidence,
+        wording.by,
+    )
 
 
 _LABEL: Final = re.compile(r"^\s*(?:prefer|avoid|偏好|避免)\s*[:：]\s*", re.IGNORECASE)

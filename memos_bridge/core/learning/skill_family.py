@@ -286,11 +286,14 @@ _SAYS_AVOID: Final = re.compile(
 
 
 def avoid_lines(family: Family) -> list[str]:
-    """The skill's Avoid section: the anchors' own anti-patterns, then each failure avoidance of the family
-    (its anti-pattern lines, else its procedure, else its title), then the anti-patterns of its repair
-    instructions and the lines of their lesson that say what not to do ("Do not read dates month-first: they
-    are day-first" teaches a fix and a pitfall) — a pitfall whichever type carried it."""
+    """The skill's Avoid section: the anchors' own anti-patterns and the lesson lines that say what not to do,
+    then each failure avoidance of the family (its anti-pattern lines, else its procedure, else its title),
+    then the anti-patterns of its repair instructions and the lines of their lesson that say what not to do
+    ("Do not read dates month-first: they are day-first" teaches a fix and a pitfall) — a pitfall whichever
+    type carried it."""
     lines: list[str] = [line for anchor in family.anchors for line in anchor.anti_pattern]
+    for anchor in family.anchors:  # a repair a success validated still names the pitfall it repairs
+        lines.extend(line for line in split_lines(anchor.procedure) if _SAYS_AVOID.match(line))
     for exp in family.avoid:
         own = [*exp.anti_pattern, *split_lines(exp.procedure)]
         lines.extend(own or [exp.title])

@@ -29,6 +29,7 @@ from memos_bridge.core.learning.repair_rules import (
     apply_value_guard,
     bare,
     detect_burst,
+    general_line,
     merge_guidance,
     rejected_part,
     split_evidence,
@@ -38,6 +39,7 @@ from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.hash_provider import HashEmbedder
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.host import NoLLM
+from memos_bridge.rules.instance import InstanceContext
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import DecisionRepairRow, EpisodeRow, PolicyRow, SessionRow, TraceRow
 from memos_bridge.storage.owner import OwnerFilter
@@ -555,6 +557,29 @@ async def test_repairs_attach_to_live_policies_of_overlapping_episodes(env: Env)
         assert env.policy(untouched).decision_guidance_json == {"preference": [], "antiPattern": []}
     (event,) = [e for e in env.events if e.type == "decision_repair.created"]
     assert event.payload["attachedPolicyIds"] == ["po_cur", "po_hit"]
+
+
+async def test_a_correction_reaches_policies_without_the_rejected_answers_values(env: Env) -> None:
+    """The session's repair keeps the values (it repairs this very answer); the policies it is attached to are
+    recalled for other tasks, so they get the general part only."""
+    add_policy(env.db, "po_ep", ["ep_a"])
+    add_trace(env.db, "tr_ans", agent_text="Done: the total is 1873400.", turn_id=T0 - 2_000, ts=T0 - 1_900)
+    said = "Wrong: you wrote 1873400, it should be 18734.00. The amount_cents field is in cents, divide by 100."
+    repair = await env.repair.from_correction("se_a", "ep_a", OWNER, said, "wrong, " + said)
+    assert repair is not None and "18734.00" in repair.preference  # the session sees the whole correction
+    guidance = env.policy("po_ep").decision_guidance_json
+    attached = " ".join([*guidance["preference"], *guidance["antiPattern"]])
+    assert "divide by 100" in attached and "amount_cents" in attached
+    assert "1873400" not in attached and "18734.00" not in attached
+
+
+def test_general_line_keeps_rules_and_drops_verdicts() -> None:
+    context = InstanceContext.build(answer_texts=["wrote 5512 to result.json"])
+    assert general_line("Prefer: divide by 2.20462 to get kilograms", context) == (
+        "Prefer: divide by 2.20462 to get kilograms"
+    )
+    assert general_line("Avoid: Verifier: FAIL for pw-3", context) == ""
+    assert "5512" not in general_line("Prefer: 5512 is wrong; the weight column is in pounds.", context)
 
 
 async def test_attached_lines_are_deduplicated_and_capped(env: Env) -> None:

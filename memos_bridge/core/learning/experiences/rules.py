@@ -248,6 +248,20 @@ class Assessment:
             return None
         return self.kind_of(self.lessons[0] if self.lessons else None)
 
+    def observed_for(self, group: LessonGroup | None) -> list[str]:
+        """The verifier observations that belong with `group`'s lesson: each goes to the lessons about the aspect
+        it observed (a factor to a lesson with a number, a unit or a scaling verb; text-versus-number to one about
+        types; an order to one about ordering), to the first lesson when none is, never to every lesson of a
+        feedback that taught several things."""
+        if group is None or len(self.lessons) <= 1:
+            return list(self.observed)
+        out: list[str] = []
+        for observation in self.observed:
+            matching = [g for g in self.lessons if _about_aspect(g, observation)]
+            if group in matching or (not matching and group is self.lessons[0]):
+                out.append(observation)
+        return out
+
     def kind_of(self, group: LessonGroup | None) -> ExperienceType:
         roles = set(group.roles) if group is not None else set()
         if self.outcome == "pass":
@@ -260,6 +274,41 @@ class Assessment:
         if not roles and self.observed:
             return "repair_instruction"
         return "failure_avoidance"
+
+
+#: Which lesson an observation concerns (`Assessment.observed_for`): the observation's opening, the words of a
+#: lesson about that aspect.
+_ASPECTS: Final[tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]] = (
+    (
+        re.compile(r"^The answer was .*\bthe expected value\b"),
+        re.compile(
+            r"\b(?:multipl\w*|divid\w*|scal\w*|convert\w*|units?|times|factor)\b|[×÷]|乘|除|换算|单位|倍",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        re.compile(r"^The expected answer held "),
+        re.compile(
+            r"\b(?:text|strings?|numbers?|numeric|quot\w*|types?|integers?|floats?)\b|字符串|数字|文本|类型",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        re.compile(r"^The expected entries were ordered "),
+        re.compile(
+            r"\b(?:order\w*|sort\w*|rank\w*|ascending|descending|ties?|first|last)\b|排序|顺序|升序|降序", re.IGNORECASE
+        ),
+    ),
+)
+
+
+def _about_aspect(group: LessonGroup, observation: str) -> bool:
+    text = " ".join(group.texts)
+    for opening, words in _ASPECTS:
+        if opening.search(observation):
+            scale = opening is _ASPECTS[0][0] and bool(group.subject.units or group.subject.numbers)
+            return scale or bool(words.search(text))
+    return False
 
 
 _EPISODE_OUTCOME: Final[Mapping[str, Outcome]] = {"success": "pass", "failure": "fail", "partial": "fail"}
@@ -545,7 +594,7 @@ def _draft(
     lesson = group.texts if group is not None else []
     roles = group.roles if group is not None else []
     subject = group.subject if group is not None else Subject()
-    observed = list(assessment.observed)
+    observed = assessment.observed_for(group)
     if not lesson and observed and kind != "success_pattern":
         lesson, roles = observed[:MAX_LINES], ["observation"] * len(observed[:MAX_LINES])
         subject = subject_of(" ".join(lesson))

@@ -1,0 +1,158 @@
+"""Lessons in the feedback's own words, through the JSON-RPC boundary with the real service spawned and no LLM.
+
+A lesson taught in one language is recalled for a task in another that works on the same subject (a column, a
+file, a unit), and not for a task about something else; the values that were true of the judged attempt only
+never reach the next task's injected text, but stay visible on the experience's lesson record; the same
+convention taught twice in other words strengthens one experience; the compact rendering puts the lesson first
+within its budget.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memos_bridge.client import ServiceClient
+
+AGENT = "lessons"
+NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
+HOUR = 3_600_000
+
+
+def attempt(client: ServiceClient, task: str, ts: int, answer: str) -> tuple[str, str]:
+    """One task in a session of its own: returns (episodeId, the text turn.start injected)."""
+    session = client.call("session.open", {"agent": AGENT})["sessionId"]
+    started = client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": task, "ts": ts}, timeout=60)
+    episode: str = started["query"]["episodeId"]
+    client.call(
+        "turn.end",
+        {
+            "agent": AGENT,
+            "sessionId": session,
+            "episodeId": episode,
+            "agentText": f"Done: wrote result.json with {answer}.",
+            "toolCalls": [{"name": "write_file", "input": {"path": "result.json", "content": answer}, "output": "ok"}],
+            "ts": ts + 60_000,
+        },
+        timeout=60,
+    )
+    return episode, str(started.get("injectedContext") or "")
+
+
+def recall(client: ServiceClient, task: str, ts: int, **params: Any) -> str:
+    session = client.call("session.open", {"agent": AGENT})["sessionId"]
+    started = client.call(
+        "turn.start", {"agent": AGENT, "sessionId": session, "userText": task, "ts": ts, **params}, timeout=60
+    )
+    return str(started.get("injectedContext") or "")
+
+
+def lessons(client: ServiceClient) -> list[dict[str, Any]]:
+    listed = client.call("memory.list_policies", {"limit": 100})["policies"]
+    return [p for p in listed if p["inducedBy"] == "feedback.experience"]
+
+
+def test_a_chinese_lesson_is_recalled_for_an_english_task_on_the_same_column_and_not_for_another(
+    tmp_path: Path,
+) -> None:
+    task = "Sum the amount_cents column of orders_march.csv and write the total in dollars to result.json"
+    with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
+        ts = 1_700_000_000_000
+        episode, _ = attempt(client, task, ts, '{"total": 1873400}')
+        client.call(
+            "feedback.submit",
+            {
+                "episodeId": episode,
+                "polarity": "negative",
+                "magnitude": 1.0,
+                "rationale": "错了，你写的是 1873400，应该是 18734.00。"
+                "amount_cents 字段的单位是分，要除以 100 才是美元。",
+                "ts": ts + 120_000,
+            },
+            timeout=90,
+        )
+        client.call("memory.flush", {})
+        same = recall(
+            client, "Average the amount_cents column of orders_april.csv per customer, in dollars", ts + 3 * HOUR
+        )
+        other = recall(
+            client, "Count the distinct hostnames in access.log and write the count to hosts.json", ts + 6 * HOUR
+        )
+        (learnt,) = lessons(client)
+        record = client.call("memory.get_policy", {"id": learnt["id"]})
+
+    assert "amount_cents" in same and "100" in same, same
+    assert "1873400" not in same and "18734.00" not in same, same
+    assert "amount_cents" not in other and "除以" not in other, other
+    lesson = record["lesson"]
+    assert "amount_cents" in lesson["subject"]["identifiers"]
+    assert any("100" in line for line in lesson["lines"])
+    assert not any("1873400" in line for line in lesson["lines"])
+    assert any("1873400" in part for part in lesson["instance"]), lesson
+
+
+def test_the_same_convention_in_other_words_strengthens_one_experience(tmp_path: Path) -> None:
+    first = "Convert shipment_weight in manifest_a.csv to kilograms and write the total to result.json"
+    second = "Convert shipment_weight in manifest_b.csv to kilograms and write the total to result.json"
+    with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
+        ts = 1_700_000_000_000
+        episode, _ = attempt(client, first, ts, '{"total": 5512}')
+        client.call(
+            "feedback.submit",
+            {
+                "episodeId": episode,
+                "polarity": "negative",
+                "rationale": "Wrong: 5512 is not the answer. The shipment_weight column is in pounds; "
+                "divide by 2.20462 to get kilograms.",
+                "ts": ts + 120_000,
+            },
+            timeout=90,
+        )
+        episode, injected = attempt(client, second, ts + 3 * HOUR, '{"total": 9920}')
+        client.call(
+            "feedback.submit",
+            {
+                "episodeId": episode,
+                "polarity": "negative",
+                "rationale": "Still off — shipment_weight is recorded in pounds, "
+                "so convert it (÷ 2.20462) before summing.",
+                "ts": ts + 3 * HOUR + 120_000,
+            },
+            timeout=90,
+        )
+        client.call("memory.flush", {})
+        learnt = lessons(client)
+
+    assert "shipment_weight" in injected and "pounds" in injected, injected
+    assert "5512" not in injected
+    assert len(learnt) == 1, [p["procedure"] for p in learnt]
+    assert learnt[0]["support"] >= 2
+
+
+def test_compact_rendering_puts_the_lesson_first_within_its_budget(tmp_path: Path) -> None:
+    task = "Report the fiscal quarter of each invoice in ledger_2024.csv to result.json"
+    with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
+        ts = 1_700_000_000_000
+        episode, _ = attempt(client, task, ts, '{"inv-1": "Q3"}')
+        client.call(
+            "feedback.submit",
+            {
+                "episodeId": episode,
+                "polarity": "negative",
+                "rationale": "The fiscal year starts in July, so fiscal quarters run July–September = FY Q1. "
+                "Write quarters as FY24-Q1, not calendar quarters.",
+                "ts": ts + 120_000,
+            },
+            timeout=90,
+        )
+        client.call("memory.flush", {})
+        query = "Report the fiscal quarter of each invoice in ledger_2025.csv to result.json"
+        compact = recall(client, query, ts + 3 * HOUR, render="compact")
+        full = recall(client, query, ts + 6 * HOUR, render="full")
+
+    assert 0 < len(compact) <= 800, compact
+    assert "July" in compact and "FY" in compact
+    body = [line for line in compact.splitlines() if line.strip() and not line.startswith("<")]
+    assert "July" in body[1] or "FY" in body[1], body  # the lesson comes right after the notice
+    assert "(id=" not in compact
+    assert len(full) > len(compact)
