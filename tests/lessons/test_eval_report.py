@@ -30,7 +30,7 @@ def test_report_split_meets_its_targets_and_beats_the_baselines(report_families)
     paste = _totals(run_baseline(report_families, "mixed", "paste"))
     bm25 = _totals(run_baseline(report_families, "mixed", "bm25"))
 
-    assert service.needed >= 40
+    assert service.needed >= 30  # lessons an earlier task of the family taught
     assert service.recall >= 0.95, service.as_json()
     assert service.leaked == 0, service.as_json()
     assert service.invented == 0, service.as_json()
@@ -40,3 +40,11 @@ def test_report_split_meets_its_targets_and_beats_the_baselines(report_families)
     assert paste.leaked > 10 * max(service.leaked, 1)
     assert bm25.recall < service.recall
     assert bm25.unrelated_rate > service.unrelated_rate
+
+
+@pytest.mark.parametrize("style", ["verifier_payload", "user_zh", "long_mixed"])
+def test_report_split_holds_its_targets_in_one_feedback_style(report_families, style: str) -> None:  # type: ignore[no-untyped-def]
+    service = _totals(run_service(report_families, style))
+    assert service.recall >= 0.95, service.as_json()
+    assert service.leaked == 0 and service.invented == 0, service.as_json()
+    assert service.unrelated_rate <= 0.05, service.as_json()
