@@ -21,8 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lessons.corpus import SPLITS, load_corpus
-from lessons.evaluate import RUN_STYLES, Measures, RunResult, run_baseline, run_service, summarise
+from lessons.corpus import SPLITS, Family, load_corpus
+from lessons.evaluate import (
+    RUN_STYLES,
+    Measures,
+    RunResult,
+    count_experiences,
+    run_baseline,
+    run_service,
+    summarise,
+)
 
 #: The report split's targets.
 TARGETS = {"recall": 0.95, "leakedValues": 0, "inventedLines": 0, "unrelatedRate": 0.05}
@@ -37,7 +45,9 @@ def _row(label: str, m: Measures) -> str:
     )
 
 
-def report(results: Sequence[RunResult], out: Any = sys.stdout) -> dict[str, Any]:
+def report(
+    results: Sequence[RunResult], out: Any = sys.stdout, families: dict[str, Sequence[Family]] | None = None
+) -> dict[str, Any]:
     """Print the tables and return the JSON summary."""
     summary: dict[str, Any] = {}
     for split in SPLITS:
@@ -60,6 +70,19 @@ def report(results: Sequence[RunResult], out: Any = sys.stdout) -> dict[str, Any
                 m.add(rec)
             print(_row(f"{result.style} ({result.wall_s:.0f} s)", m), file=out)
         print(_row("all", total), file=out)
+        counts: dict[str, Any] = {}
+        if families and split in families:
+            print(" typed experiences per run (conventions taught = conventions needed by a taught task):", file=out)
+            for result in service:
+                count = count_experiences(families[split], result.experiences).as_json()
+                counts[result.style] = count
+                print(
+                    f"  {result.style:<22} {count['experiences']:>3} experiences for {count['conventionsTaught']}"
+                    f" conventions ({count['experiencesPerConvention']:.2f} each), covering"
+                    f" {count['conventionsCovered']}; mixed {count['mixedExperiences']},"
+                    f" carrying none {count['unattributedExperiences']}",
+                    file=out,
+                )
         print(" service, per family (all styles):", file=out)
         by_family = summarise(records, lambda r: r.family)
         for name, m in sorted(by_family.items()):
@@ -83,6 +106,7 @@ def report(results: Sequence[RunResult], out: Any = sys.stdout) -> dict[str, Any
             "perRun": {r.style: _measures(r).as_json() for r in service},
             "perFamily": {k: v.as_json() for k, v in by_family.items()},
             "baselines": baselines,
+            "experiences": counts,
             "wallSeconds": round(sum(r.wall_s for r in service), 1),
         }
     if "report" in summary:
@@ -110,7 +134,12 @@ def _measures(result: RunResult) -> Measures:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", choices=SPLITS, action="append", help="split(s) to run (default: both)")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        action="append",
+        help="split(s) to run (default: dev and report; `fresh` only when named: run it once, read aggregates only)",
+    )
     parser.add_argument("--style", choices=RUN_STYLES, action="append", help="feedback style(s) (default: all)")
     parser.add_argument("--family", action="append", default=[], help="only these families (repeatable)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the paste and BM25 baselines")
@@ -121,10 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
     started = time.perf_counter()
-    for split in args.split or SPLITS:
+    by_split: dict[str, Sequence[Family]] = {}
+    for split in args.split or ("dev", "report"):
         families = load_corpus(split=split, names=args.family)
         if not families:
             continue
+        by_split[split] = families
         for style in args.style or RUN_STYLES:
             print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
             result = run_service(families, style, env=env)
@@ -138,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(rec.injected or "(nothing injected)")
             if not args.no_baselines:
                 results.extend(run_baseline(families, style, arm) for arm in ("paste", "bm25"))
-    summary = report(results)
+    summary = report(results, families=by_split)
     summary["wallSeconds"] = round(time.perf_counter() - started, 1)
     print(f"\nwall time {summary['wallSeconds']:.0f} s", file=sys.stderr)
     if args.out:

@@ -483,7 +483,7 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         elif (
             listed  # "正确答案是纺织品 12 件、灯具 4 件": the items after a result belong to it
             or any(value in text.casefold() for value in context.strings)
-            or (_RESULT_CLAUSE.search(text) and not _GENERIC.search(text))
+            or _states_result(text)
             or _QUOTED_ANSWER.search(text)
             or _near_answer(text, context)
         ):
@@ -526,21 +526,24 @@ _VALUE_TOKEN: Final = re.compile(r"[\w.$€£¥%/-]+")
 def _near_answer(clause: str, context: InstanceContext) -> bool:
     """Whether a clause restates this attempt's answer with edits ("tw --workspace ws-4471 run nightly-orders" for
     the answer "tw run nightly-orders"): most of the answer's words, in its order, and mostly those words (a rule
-    that names part of the answer, "tw needs the global flag --workspace ws-4471", is not a restatement)."""
+    that names part of the answer, "tw needs the global flag --workspace ws-4471", is not a restatement); or every
+    word of the answer, in order, within a span at most twice its length, whatever surrounds it."""
     words = [w.rstrip(".") for w in _VALUE_TOKEN.findall(clause.casefold())]
     for value in context.strings:
         wanted = [w.rstrip(".") for w in _VALUE_TOKEN.findall(value)]
         if len(wanted) < 2:
             continue
         position = 0
-        found = 0
+        places: list[int] = []
         for token in wanted:
             if token in words[position:]:
                 position = words.index(token, position) + 1
-                found += 1
+                places.append(position - 1)
         own = sum(1 for word in words if word in wanted)
-        if found / len(wanted) >= 0.6 and own / max(1, len(words)) >= 0.5:
+        if len(places) / len(wanted) >= 0.6 and own / max(1, len(words)) >= 0.5:
             return True
+        if len(places) == len(wanted) and places[-1] - places[0] + 1 <= 2 * len(wanted):
+            return True  # "Write it as tw --workspace ws-4471 status churn-scores": the whole answer, a few edits
     return False
 
 
@@ -597,6 +600,27 @@ _GENERIC: Final = re.compile(
     r"\b(?:always|never|usually|normally|generally|by\s+default|every|each|any)\b|总是|永远|一律|每次|始终|默认|通常",
     re.IGNORECASE,
 )
+#: "the first/last X is …" describes a layout ("the last line is the control total") unless a value follows.
+_ORDINAL_RESULT: Final = re.compile(
+    r"^\W*(?:the|your|its|their)\s+(?:\w+\s+){0,2}?(?:first|last)\b[^,;:]*?\b(?:is|was|are|were)\b(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_VALUE_LIKE: Final = re.compile(r"\d|(?<!\w)[`'\"“]|\b[A-Z][a-z]+\b")
+
+
+def _states_result(text: str) -> bool:
+    """Whether a clause states the value this attempt should have given ("the top month was 2024-03", "the
+    correct total is 1,204"), not a rule ("the first run is always a --dry-run", "the last line is the feed's
+    control total")."""
+    match = _RESULT_CLAUSE.search(text)
+    if match is None or _GENERIC.search(text):
+        return False
+    ordinal = _ORDINAL_RESULT.match(text)
+    if ordinal is not None:
+        return bool(_VALUE_LIKE.search(ordinal.group("rest")))
+    return True
+
+
 #: Separators that join the items of one list, never two clauses.
 _LIST_SEPARATORS: Final = frozenset({"、"})
 #: A clause that is a predicate without its subject ("is the lowest", "comes to 182").

@@ -92,7 +92,7 @@ _CORRECTION: Final = re.compile(
     re.IGNORECASE,
 )
 _INSTRUCTION_CUE: Final = re.compile(
-    r"\b(?:always|make\s+sure|ensure|remember\s+(?:to|that)|next\s+time|from\s+now\s+on|going\s+forward|"
+    r"\b(?:(?<!\bas\s)always|make\s+sure|ensure|remember\s+(?:to|that)|next\s+time|from\s+now\s+on|going\s+forward|"
     r"in\s+(?:the\s+)?future|be\s+sure|needs?\s+to|has\s+to|have\s+to|must|should|first\b.{1,80}\bthen)\b|"
     r"(?<![重主只需想概])要(?![求素点是])|应该|应当|必须|需要|记住|记得|务必|一定要|下次|以后|今后|统一|一律|始终|总是|"
     r"先.{1,30}再",
@@ -310,7 +310,9 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
         _INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text) or _CORRECTION.search(text)
     ):
         return "complaint"
-    if _PRAISE_OPENING.match(text) and not _CONTRASTED_REST.search(text):
+    if _PRAISE_OPENING.match(text) and not (
+        _CONTRASTED_REST.search(text) or _INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text)
+    ):
         return "praise"  # "Nice, the breakdown is what I asked for", "Thanks for taking this on — …"
     if specific + sum(t.count("-") for t in specific_tokens(text)) < 2 and not named:
         return "other"  # "Leave them out.", "Skip it.": a verb and a pronoun say nothing on their own
@@ -444,6 +446,9 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
     """One sentence's role and lesson text (module docstring)."""
     filtered = strip_instance(sentence, context)
     role = role_of(filtered.text, context)
+    named = bool(identifiers(filtered.text) or units(filtered.text))
+    if role == "note" and not named and filtered.removed and _role_of(sentence, context) == "praise":
+        role = "praise"  # "Thanks, quick and tidy as always.": the filter took the opening that made it praise
     if filtered.cut and role not in ACTIONABLE:
         # what is left of a clause that stated this attempt's content is a lesson only when it says what
         # holds or what to do on its own ("So the refused returns" is not)
@@ -513,37 +518,100 @@ def _continues(line: LessonLine, group: list[LessonLine]) -> bool:
 
 #: Where one sentence may hold two conventions: "X is in cents, and void invoices do not count", "X; Y".
 _COORDINATION: Final = re.compile(
-    r",\s+and\s+|;\s+|\s+and\s+also\s+|；|，(?:而且|并且|另外|还有)|"
+    r",\s+and\s+|;\s+|\s+and\s+also\s+|\s+[+&]\s+|；|，(?:而且|并且|另外|还有)|"
+    r"，(?=\s*[A-Za-z_][\w.-]*\s*(?:是|为|用|要|按|的单位))|"
     r"\s+and\s+(?=(?:[\w=/.-]+\s+){1,4}(?:is|are|was|were|must|should|needs?|has|have|do|does|don'?t)\b)"
 )
 
 
-#: A word that refers back to something said before it ("the month of that date", "convert them", "它的单位"):
-#: a part of a sentence holding one is not a convention of its own. ("that" before an article is a conjunction.)
-_ANAPHOR: Final = re.compile(
-    r"\b(?:it|its|them|they|their|these|those|this|the\s+same)\b|\bthat\b(?!\s+(?:the|a|an)\b)|它|它们|其|这个|那个|该",
-    re.IGNORECASE,
+#: A pronoun at the head of a part ("it is in cents", "its unit", "convert them", "它的单位"): it points back.
+_HEAD_PRONOUN: Final = re.compile(
+    r"^\W*(?:\w+\s+)?(?:it|its|it's|them|they|their|those|these)\b|^\W*(?:它|它们|其|这些|那些)", re.IGNORECASE
 )
+#: A demonstrative before a noun ("the month of that date", "the same field", "该字段").
+_DEMONSTRATIVE: Final = re.compile(r"\b(?:that|this|these|those|the\s+same)\s+([a-z]{3,})\b|(?:该|这个|那个)", re.I)
+
+
+def _refers_back(part: str, earlier: Sequence[str]) -> bool:
+    """Whether a part of a sentence leans on the parts before it, so it is no convention of its own: it opens on
+    a pronoun, or names with a demonstrative a thing the earlier parts named ("… dates day-first, and each order
+    belongs to the month of that date"). A pronoun after the part's own subject ("void invoices were cancelled,
+    so they don't count") refers to that subject."""
+    if _HEAD_PRONOUN.match(part):
+        return True
+    before = " ".join(earlier).casefold()
+    for match in _DEMONSTRATIVE.finditer(part):
+        noun = match.group(1)
+        if noun is None or re.search(rf"\b{re.escape(noun.rstrip('s'))}", before):
+            return True
+    return False
+
+
+#: Nouns that name a kind of thing any data has ("the X column", "the Y file"): sharing one ties nothing together.
+_GENERIC_NOUNS: Final = frozenset(
+    """column columns field fields file files value values row rows line lines entry entries record records data
+    table tables number numbers export exports item items thing things part parts etc""".split()
+)
+
+
+def _topic_words(text: str) -> set[str]:
+    """The content words two parts of one sentence must not share to be two conventions ("OLD-245 etc. are
+    legacy codes; translate via the legacy map" is one)."""
+    return {t.rstrip("s") for t in specific_tokens(text) if len(t) >= 4 and t not in _GENERIC_NOUNS and t.isalpha()}
+
+
+_AND: Final = re.compile(r"\s+and\s+(?!then\b)", re.IGNORECASE)
+
+
+def _imperative_parts(part: str) -> list[str]:
+    """ "Convert amount from cents to dollars and skip the void invoices": two commands joined by "and", each
+    opening on its own verb, are two parts ("… and then …" is one procedure in order)."""
+    if not _opens_with_imperative(part):
+        return [part]
+    pieces = _AND.split(part)
+    if len(pieces) < 2:
+        return [part]
+
+    def says_something(piece: str) -> bool:  # beyond its verb and generic nouns ("read the file" does not)
+        verb = piece.split(None, 1)[0].casefold().rstrip("s") if piece.split() else ""
+        return bool(_topic_words(piece) - {verb})
+
+    if not says_something(pieces[0]):
+        return [part]
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        if _opens_with_imperative(piece) and says_something(piece):
+            out.append(piece)
+        else:
+            out[-1] = f"{out[-1]} and {piece}"
+    return out
 
 
 def split_conventions(line: LessonLine) -> list[LessonLine]:
     """A sentence that teaches two conventions, each with a subject of its own that the other does not share
     ("the five files under archive/ don't count, and size is in KiB"), as two lines; any other sentence as it is.
     The lead-in before a colon ("Two things about our API:") goes with the first."""
-    parts = _COORDINATION.split(line.text)
-    if len(parts) < 2 or any(_ANAPHOR.search(part) for part in parts[1:]):
+    parts = [piece for part in _COORDINATION.split(line.text) for piece in _imperative_parts(part)]
+    if len(parts) < 2 or any(_refers_back(part, parts[:i]) for i, part in enumerate(parts) if i):
         return [line]
     wanted = set(line.subject.numbers)
     subjects = [subject_of(part, [n for n in numbers(part) if number_key(n.value) in wanted]) for part in parts]
     owned = [bool(s.identifiers or s.units) for s in subjects]
-    # each part a statement of its own (a verb and content), one with a subject the others do not share
-    clauses = [has_verb(part) and len(specific_tokens(part)) >= 2 for part in parts]
+    topics = [_topic_words(part) for part in parts]
+    # each part a statement of its own (a verb, or a relation such as "comma = decimal", and content) ...
+    statements = [
+        (has_verb(part) or "=" in part or owned[i]) and len(specific_tokens(part)) >= 2 for i, part in enumerate(parts)
+    ]
+    # ... about things the others do not name: no shared name, dimension or topic word
     disjoint = all(
-        not (a.names & b.names or a.dimensions & b.dimensions)
+        not (a.names & b.names or a.dimensions & b.dimensions or topics[i] & topics[j])
         for i, a in enumerate(subjects)
-        for b in subjects[i + 1 :]
+        for j, b in enumerate(subjects[i + 1 :], start=i + 1)
     )
-    if not (all(owned) or (all(clauses) and any(owned))) or not disjoint:
+    substantial = any(owned) or all(len(t) >= 2 for t in topics)
+    # a bare name is no statement: "QX-7a and QX-7b are channels of QX-7" has one compound subject
+    said = all(has_verb(part) or "=" in part or len(specific_tokens(part)) >= 2 for part in parts)
+    if not disjoint or not said or not (all(owned) or (all(statements) and substantial)):
         return [line]
     out: list[LessonLine] = []
     for part, subject in zip(parts, subjects, strict=True):
@@ -551,7 +619,7 @@ def split_conventions(line: LessonLine) -> list[LessonLine]:
         if text[:1].islower() and line.text[:1].isupper():
             text = text[:1].upper() + text[1:]
         if not re.search(r"[.!?。！？]$", text):
-            text += "。" if re.search(f"[{CJK_CHARS}]$", text) else "."
+            text += "。" if re.search(f"[{CJK_CHARS}]", text) else "."
         role = role_of(text)
         if role in ("diagnosis", "complaint", "praise", "instance"):
             continue  # "…; rows with mg-000417 were dropped": what happened to this attempt, not a convention
@@ -564,12 +632,34 @@ def group_lessons(lines: Sequence[LessonLine]) -> list[LessonGroup]:
     before it starts a new one; every other line continues it. A sentence that teaches two conventions is split
     first (`split_conventions`)."""
     groups: list[list[LessonLine]] = []
-    for line in (part for whole in lines for part in split_conventions(whole)):
-        if groups and _continues(line, groups[-1]):
-            groups[-1].append(line)
-        else:
-            groups.append([line])
+    itemised = False  # after "Two things:" each sentence is an item of its own
+    for whole in lines:
+        itemised = itemised or bool(_ITEMISED.match(whole.source))
+        for index, line in enumerate(split_conventions(whole)):
+            points_back = bool(_CONTINUES.match(line.text) or _POINTS_BACK.match(line.text))
+            if index == 0:
+                joins = bool(groups) and _continues(line, groups[-1])
+            else:  # split off as a convention of its own: only a bare operation still belongs to the part before
+                joins = bool(_OPERATION.match(line.text)) and not _own_subject(line)
+            if joins and (not itemised or points_back):
+                groups[-1].append(line)
+            else:
+                groups.append([line])
     return [LessonGroup(tuple(group)) for group in groups]
+
+
+#: An operation on what the part before named ("divide by 100", "× 0.4536", "乘以 1000"): its remedy.
+_OPERATION: Final = re.compile(
+    r"^\W*(?:then\s+)?(?:(?:multiply|divide|scale|convert|add|subtract|round|times)\b|[×x*/÷+-])\s*"
+    r"(?:(?:it|them|by|with)\s+)*[\d.,]+|^\W*(?:乘以|除以|乘|除|加上|减去)",
+    re.IGNORECASE,
+)
+#: A lead-in that counts what follows ("Two things:", "A few issues —", "两个问题："): each item is its own lesson.
+_ITEMISED: Final = re.compile(
+    r"^\W*(?:(?:two|three|four|several|a\s+few|a\s+couple\s+of|\d)\s+(?:more\s+)?(?:things|issues|problems|"
+    r"points|notes|fixes|mistakes|errors|changes|reminders)\b|[两二三四几]个(?:问题|地方|错误|点|事))",
+    re.IGNORECASE,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------

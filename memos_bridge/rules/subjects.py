@@ -50,7 +50,10 @@ _FLAG: Final = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
 #: a path with a slash (`archive/`, `assets/models/`, `src/app.py`); lower-case, so "DD/MM/YYYY" is no path
 _PATH: Final = re.compile(r"(?<![\w/.-])(?:[a-z0-9_.-]*[a-z][a-z0-9_.-]*/)+(?:[a-z0-9_.-]*[a-z0-9_])?(?![\w/])")
 _HEADER: Final = re.compile(r"\b[A-Z][a-z0-9]*(?:-[A-Z][A-Za-z0-9]*)+\b")
-_CODE: Final = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{2,}[0-9]+[A-Z0-9]*\b")
+_CODE: Final = re.compile(
+    r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{2,}[0-9]+[A-Z0-9]*\b|"
+    r"\b[A-Z]{2,}-(?=[\s,.;:)\]]|$)"  # a code prefix: "OLD- codes", "MG- numbers"
+)
 #: nouns that say the word next to them is a name in the data or the environment
 _NAMING_NOUNS: Final = (
     r"column|columns|field|fields|attribute|key|keys|property|header|headers|flag|option|parameter|param|setting|"

@@ -295,6 +295,43 @@ class RunResult:
     experiences: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class ExperienceCount:
+    """How the typed experiences of a run line up with the conventions its feedback taught."""
+
+    experiences: int = 0
+    conventions: int = 0  # conventions taught (needed by a task that drew feedback)
+    covered: int = 0  # taught conventions some experience carries
+    mixed: int = 0  # experiences carrying the key terms of two or more conventions
+    unattributed: int = 0  # experiences carrying no convention's key terms
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "experiences": self.experiences,
+            "conventionsTaught": self.conventions,
+            "conventionsCovered": self.covered,
+            "experiencesPerConvention": round(self.experiences / self.conventions, 2) if self.conventions else 0.0,
+            "mixedExperiences": self.mixed,
+            "unattributedExperiences": self.unattributed,
+        }
+
+
+def count_experiences(families: Sequence[Family], experiences: Iterable[dict[str, Any]]) -> ExperienceCount:
+    """Each experience's text (title, procedure) against every taught convention's key terms."""
+    taught = [(f, c) for f in families for c in f.conventions.values() if any(c.id in t.needs for t in f.tasks)]
+    out = ExperienceCount(conventions=len(taught))
+    seen: set[tuple[str, str]] = set()
+    for exp in experiences:
+        out.experiences += 1
+        text = f"{exp.get('title') or ''}\n{exp.get('procedure') or ''}"
+        carried = [(f.name, c.id) for f, c in taught if c.carried_by(text)]
+        seen.update(carried)
+        out.mixed += len(carried) > 1
+        out.unattributed += not carried
+    out.covered = len(seen)
+    return out
+
+
 def naive_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
     """The scripted agent's steps and reply: it writes the naive answer and says what it found."""
     answer = json.dumps(task.naive, ensure_ascii=False)

@@ -9,8 +9,11 @@ within its budget.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from memos_bridge.client import ServiceClient
 
@@ -156,3 +159,56 @@ def test_compact_rendering_puts_the_lesson_first_within_its_budget(tmp_path: Pat
     assert "July" in body[1] or "FY" in body[1], body  # the lesson comes right after the notice
     assert "(id=" not in compact
     assert len(full) > len(compact)
+
+
+HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
+WEIGHT_TASK = "Sum the gross_lb column of crates_may.csv in kilograms and write result.json"
+WEIGHT_LESSON = "The gross_lb column is in pounds; multiply by 0.4536 to get kilograms."
+
+
+def _host_rewording(procedure: str) -> Any:
+    """A host model whose feedback.refine answer is `procedure` under a title of its own; every other prompt
+    gets an unusable answer (that stage takes its deterministic path)."""
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        system = params["messages"][0]["content"]
+        if "Turn that feedback into ONE experience" in system:
+            reply = {"title": "Crate weights", "trigger": "Crate weight reports", "procedure": procedure}
+            return {"text": json.dumps(reply)}
+        return {"text": "{}"}
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("procedure", "accepted"),
+    [
+        ("1. Multiply every gross_lb value (pounds) by 0.4536 before summing kilograms.", True),
+        ("1. Convert the crate weights to kilograms before summing.", False),  # lost gross_lb, pounds, 0.4536
+    ],
+    ids=["keeps-key-terms", "drops-key-terms"],
+)
+def test_a_host_llm_rewording_is_used_only_when_it_keeps_the_lessons_key_terms(
+    tmp_path: Path, procedure: str, accepted: bool
+) -> None:
+    with ServiceClient.spawn(tmp_path / "home", env=HOST_LLM) as client:
+        client.on_request("host.llm.complete", _host_rewording(procedure))
+        ts = 1_700_000_000_000
+        episode, _ = attempt(client, WEIGHT_TASK, ts, '{"total": 1400}')
+        client.call(
+            "feedback.submit",
+            {"episodeId": episode, "polarity": "negative", "rationale": WEIGHT_LESSON, "ts": ts + 120_000},
+            timeout=90,
+        )
+        client.call("memory.flush", {})
+        (learnt,) = lessons(client)
+        injected = recall(
+            client, "Average the gross_lb column of crates_june.csv in kilograms", ts + 3 * HOUR, render="full"
+        )
+
+    assert learnt["lesson"]["lines"] == [WEIGHT_LESSON]  # the feedback's words stay the lesson either way
+    if accepted:
+        assert learnt["title"] == "Crate weights" and learnt["procedure"] == procedure
+    else:
+        assert learnt["title"] != "Crate weights" and "0.4536" in learnt["procedure"]
+    assert "0.4536" in injected and "gross_lb" in injected

@@ -163,6 +163,17 @@ def test_a_value_known_to_be_this_attempts_is_removed_wherever_it_stands() -> No
     ]
 
 
+def test_a_corrected_copy_of_the_answer_goes_a_rule_naming_part_of_it_stays() -> None:
+    context = InstanceContext.build(answer_texts=['{"command": "tw status churn-scores"}'])
+    kept = lessons(
+        "Write it as tw --workspace ws-4471 status churn-scores, with the flag straight after tw. "
+        "tw needs the global flag --workspace before the subcommand.",
+        context,
+    )
+    assert all("churn-scores" not in line for group in kept for line in group), kept
+    assert any("global flag --workspace before the subcommand" in line for group in kept for line in group), kept
+
+
 def test_lines_stored_earlier_that_restate_an_attempt_are_instance_specific() -> None:
     assert instance_specific("`top_total_value` should be 13970, got 14070.")
     assert instance_specific("Expected 12 rows but got 9.")
@@ -230,3 +241,39 @@ def test_a_request_names_a_subject_by_its_names_not_by_a_word_inside_a_flag() ->
     assert mentions("Total tare in kilograms", ["kg"]) is True
     assert shares_words("force push the release to main", ["main", "force", "push"])
     assert not shares_words("compute the revenue", ["main", "force", "push"])
+
+
+@pytest.mark.parametrize(
+    ("feedback", "conventions"),
+    [
+        ("Amounts are in cents; divide by 100.", 1),  # a bare operation is the remedy of what came before
+        ("Weight is in pounds; multiply by 0.4536.", 1),
+        ("Dates are day-first; parse them with %d/%m/%Y.", 1),  # "them" points back
+        ("Convert first (times 0.4536) and then apply the 10 kg cut-off.", 1),  # one procedure in order
+        ("Read the file and sum the weight column in pounds.", 1),  # "read the file" says nothing of its own
+        ("金额以分为单位；除以 100 得到元。", 1),
+        (
+            "Do not read order_date month-first: the exports write dates day-first (DD/MM/YYYY), so 08/01/2024 is "
+            "8 January 2024, not 1 August, and each order belongs to the month of that date.",
+            1,  # "that date" names what the first part named
+        ),
+        ("The weight column is in pounds, and the cost column is in cents.", 2),
+        ("amount in cents; exclude void", 2),
+        ("comma = decimal; skip trailer 99999999", 2),
+        ("Pad SKU numbers to six digits and map OLD- codes.", 2),  # two commands, two things
+        ("Convert amount from cents to dollars and skip the three void invoices.", 2),
+        (
+            "Two things about our API: amount is in cents, and void invoices were cancelled, so they don't belong "
+            "in the total.",
+            2,  # "they" follows the part's own subject
+        ),
+        (
+            "Two things: the comma in unit_price is a decimal comma, not a thousands separator. The last line is "
+            "the feed's control total.",
+            2,  # a counted lead-in: each item its own lesson; "the last line is …" is a layout, not a result
+        ),
+    ],
+)
+def test_one_lesson_per_convention_by_sentence_structure(feedback: str, conventions: int) -> None:
+    groups = group_lessons(read_feedback(feedback).lessons)
+    assert len(groups) == conventions, [g.texts for g in groups]

@@ -42,6 +42,7 @@ from memos_bridge.core.learning.world_rules import (
     build_cluster,
     draft_from_llm,
     experience_block,
+    same_input_groups,
 )
 from memos_bridge.llm.prompts import WORLD_ABSTRACTION
 from memos_bridge.storage.owner import OwnerFilter
@@ -100,7 +101,9 @@ async def run_world(ctx: LearningContext, episode_id: str) -> WorldReport:
         report.skipped = "no_domain_experience"
         return report
     for key in sorted(touched, key=lambda k: domains[k].rank):
-        await _run_domain(ctx, report, state.owner, domains[key], by_domain[key])
+        for group in same_input_groups(by_domain[key]):  # one domain word, different data: separate models
+            if any(v.id in state.touched for v in group):
+                await _run_domain(ctx, report, state.owner, domains[key], group)
     log.info(
         "l3 %s: %d created, %d merged, %d unchanged, skipped %s",
         episode_id,

@@ -73,6 +73,9 @@ class ExperienceView:
     feedback_notes: tuple[str, ...] = ()
     #: Written by the lesson builder, whose procedure already holds the feedback's own lesson lines.
     lesson_builder: bool = False
+    #: The inputs the lesson was learnt on (names, file names, units the lesson builder recorded): two lessons
+    #: that share no input are about different data, even when a domain word ("tests", "storage") matches.
+    terms: tuple[str, ...] = ()
     updated_at: int = 0
     vec: NDArray[np.float32] | None = field(default=None, repr=False)
 

@@ -61,6 +61,7 @@ from memos_bridge.core.learning.world_text import (
     sentence,
 )
 from memos_bridge.llm.prompts import WorldAbstractionOutput
+from memos_bridge.rules.subjects import same_inputs
 from memos_bridge.rules.text import clip
 from memos_bridge.rules.tokens import content_tokens, token_similarity
 
@@ -139,6 +140,11 @@ class Cluster:
     @property
     def ids(self) -> list[str]:
         return [m.id for m in self.members]
+
+    @property
+    def terms(self) -> set[str]:
+        """The inputs its members were learnt on (empty when none recorded any)."""
+        return {t for m in self.members for t in m.terms}
 
     @property
     def damping(self) -> float:
@@ -570,3 +576,30 @@ def draft_from_llm(
         domain_tags=_tags(cluster.domain.key, output.domain_tags),
         induced_by="llm",
     )
+
+
+def same_input_groups(views: Sequence[ExperienceView]) -> list[list[ExperienceView]]:
+    """The experiences of one domain split by the data they were learnt on: experiences that share an input
+    (a name, a file, sibling exports of one company, `rules.subjects.same_inputs`) are one group, linked
+    transitively. An experience that recorded no inputs belongs to every group, as there is nothing to tell
+    it apart. One group when nothing recorded inputs."""
+    keyed = [v for v in views if v.terms]
+    loose = [v for v in views if not v.terms]
+    parent = list(range(len(keyed)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(keyed):
+        for j in range(i + 1, len(keyed)):
+            if same_inputs(a.terms, keyed[j].terms):
+                parent[root(j)] = root(i)
+    groups: dict[int, list[ExperienceView]] = {}
+    for i, view in enumerate(keyed):
+        groups.setdefault(root(i), []).append(view)
+    if not groups:
+        return [list(views)]
+    return [[*members, *loose] for members in groups.values()]

@@ -37,6 +37,7 @@ from memos_bridge.core.learning.world_rules import (
     union_structure,
 )
 from memos_bridge.ids import new_id
+from memos_bridge.rules.subjects import same_inputs
 from memos_bridge.storage.models import (
     EpisodeRow,
     FeedbackRow,
@@ -108,6 +109,7 @@ def view_of(row: PolicyRow, dim: int, feedback: dict[str, str] | None = None) ->
         source_feedback_ids=feedback_ids,
         feedback_notes=tuple(text for f in feedback_ids[-FEEDBACK_PER_POLICY:] if (text := (feedback or {}).get(f))),
         lesson_builder=isinstance(row.lesson_json, dict),
+        terms=tuple(str(t) for t in (row.lesson_json.get("terms") or [])) if isinstance(row.lesson_json, dict) else (),
         updated_at=int(row.updated_at),
         vec=_vector(row.vec, dim),
     )
@@ -196,6 +198,18 @@ def _related(row: WorldModelRow, domain: str, cluster_ids: Sequence[str], settin
     )
 
 
+def _same_data(db: Session, row: WorldModelRow, cluster: Cluster) -> bool:
+    """Whether a model may absorb `cluster`: it shares members with it, or its members were learnt on inputs
+    the cluster's share (or either side recorded none). A domain word in common is not enough: "tests" in a
+    lab's assay export and in a CI log are different worlds."""
+    if set(cluster.ids) & set(row.policy_ids_json or []) or not cluster.terms:
+        return True
+    ids = [str(i) for i in (row.policy_ids_json or [])]
+    lessons: list[Any] = list(db.execute(select(PolicyRow.lesson_json).where(PolicyRow.id.in_(ids))).scalars())
+    theirs = {str(t) for lesson in lessons if isinstance(lesson, dict) for t in (lesson.get("terms") or [])}
+    return not theirs or same_inputs(cluster.terms, theirs)
+
+
 def _absorbed(db: Session, world_id: str) -> dict[str, str]:
     row = db.get(KvRow, ABSORBED_KEY.format(world_id=world_id))
     value = row.value_json if row is not None else None
@@ -274,7 +288,11 @@ def persist(
 ) -> StoredWorld:
     """Merge the draft into its target or insert it (see the module docstring)."""
     episodes = [e for m in cluster.members for e in m.source_episodes]
-    rows = [row for row in _live_models(db, owner) if _related(row, cluster.domain.key, cluster.ids, settings)]
+    rows = [
+        row
+        for row in _live_models(db, owner)
+        if _related(row, cluster.domain.key, cluster.ids, settings) and _same_data(db, row, cluster)
+    ]
     target = pick_target(rows, cluster.domain.key, cluster.ids, _vector(vec, dim), settings, dim)
     if target is None:
         row = WorldModelRow(

@@ -33,6 +33,7 @@ from memos_bridge.core.learning.world_rules import (
     draft_from_llm,
     merge_entries,
     rules_confidence,
+    same_input_groups,
 )
 from memos_bridge.core.learning.world_text import (
     classify,
@@ -410,6 +411,7 @@ async def _experience(
     status: str = "active",
     owner: OwnerFilter = OWNER,
     feedback_ids: Sequence[str] = (),
+    terms: Sequence[str] = (),
 ) -> str:
     text = f"{spec['title']}\n{spec.get('trigger', '')}\n{spec.get('procedure', '')}"
     vec = (await core.embedder.embed([text], role="document"))[0]
@@ -434,6 +436,7 @@ async def _experience(
         skill_eligible=spec["experience_type"] == "success_pattern",
         tags_json=list(spec.get("tags", [])),
         induced_by="feedback.experience",
+        lesson_json={"terms": list(terms)} if terms else None,
         vec=to_blob(vec),
         created_at=T0,
         updated_at=T0,
@@ -582,6 +585,47 @@ async def test_domains_and_namespaces_never_mix(core_factory: Any) -> None:
     assert "infoTable" not in by_domain["docker"].body and "Docker" in by_domain["docker"].title
     other = await run_world(ctx, "ep_other")  # a lone experience in its own namespace: no model, no leak
     assert other.skipped_domains == {"sec13f": "too_few_experiences"} and len(_models(core)) == 2
+
+
+def test_experiences_of_one_domain_split_by_the_inputs_they_were_learnt_on() -> None:
+    api = _view(DOCKER_ALPINE, "a1", terms=("Dockerfile.api",))
+    api_twin = _view(DOCKER_CACHE, "a2", terms=("Dockerfile.api", "requirements.txt"))
+    chained = _view(DOCKER_CACHE, "a3", terms=("requirements.txt",))  # linked to a1 through a2
+    ci = _view(DOCKER_CACHE, "b1", terms=("build.yml",))
+    siblings = (
+        _view(DOCKER_CACHE, "c1", terms=("acme_orders_2024.csv",)),
+        _view(DOCKER_CACHE, "c2", terms=("acme_returns_2024.csv",)),
+    )
+    bare = _view(DOCKER_ALPINE, "n1")
+    groups = same_input_groups([api, ci, api_twin, bare, chained, *siblings])
+    assert sorted(sorted(v.id for v in g) for g in groups) == [
+        ["a1", "a2", "a3", "n1"],
+        ["b1", "n1"],
+        ["c1", "c2", "n1"],
+    ]
+    assert [[v.id for v in g] for g in same_input_groups([bare, _view(DOCKER_CACHE, "n2")])] == [["n1", "n2"]]
+
+
+async def test_one_domain_word_over_different_data_makes_separate_models(core_factory: Any) -> None:
+    core: MemoryCore = await core_factory(learning=WORLD_13F)
+    ctx = core.learning.ctx
+    first = _setup_episode(core, "ep_first")
+    await _experience(core, DOCKER_ALPINE, [first], policy_id="po_api_a", terms=["Dockerfile.api"])
+    await _experience(core, DOCKER_CACHE, [first], policy_id="po_api_b", terms=["Dockerfile.api"])
+    await _experience(core, DOCKER_ALPINE, [first], policy_id="po_ci_a", terms=["build.yml"])
+    await _experience(core, DOCKER_CACHE, [first], policy_id="po_ci_b", terms=["build.yml"])
+    report = await run_world(ctx, first)
+    assert len(report.created) == 2
+    assert sorted(sorted(row.policy_ids_json) for row in _models(core)) == [
+        ["po_api_a", "po_api_b"],
+        ["po_ci_a", "po_ci_b"],
+    ]
+    later = _setup_episode(core, "ep_later")  # a third lesson on the CI file joins the CI model, not the other
+    await _experience(core, DOCKER_CACHE, [later], policy_id="po_ci_c", terms=["build.yml"])
+    again = await run_world(ctx, later)
+    assert again.created == [] and len(again.merged) == 1
+    merged = next(row for row in _models(core) if row.id == again.merged[0])
+    assert sorted(merged.policy_ids_json) == ["po_ci_a", "po_ci_b", "po_ci_c"]
 
 
 async def test_inactive_and_weak_experiences_do_not_count(core_factory: Any) -> None:
