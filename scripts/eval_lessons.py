@@ -146,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--show", action="store_true", help="print every injected text and what it carried")
     parser.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE", help="service env var")
     parser.add_argument("--out", type=Path, help="write the summary and every record as JSON")
+    parser.add_argument("--service-logs", type=Path, metavar="DIR", help="keep each run's service log in DIR")
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
@@ -158,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         by_split[split] = families
         for style in args.style or RUN_STYLES:
             print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
-            result = run_service(families, style, env=env)
+            log = args.service_logs / f"{split}-{style}.log" if args.service_logs else None
+            result = run_service(families, style, env=env, keep_log=log)
             results.append(result)
             if args.show:
                 for rec in result.records:

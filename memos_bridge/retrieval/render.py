@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Final
 
 from memos_bridge.rules.instance import instance_specific
 from memos_bridge.rules.text import clip, numbered, numbered_steps
@@ -235,10 +236,21 @@ def transferable_lines(lines: Sequence[str]) -> list[str]:
     return kept or list(lines)
 
 
+#: The quoted request a lesson was learnt on, as its trigger and scope cite it ("; learnt on “…”", "on “…”").
+_TASK_QUOTE: Final = re.compile(r"(?:;\s*learnt\s+on|\s+on)\s+“[^”]*”")
+
+
+def _without_task_quote(text: str) -> str:
+    """A trigger or scope line without the earlier request it quotes: that request is another task's, and its
+    wording can carry that task's names and values (a customer that is another task's answer); the lesson's
+    subject terms and its episode id say where it came from."""
+    return _TASK_QUOTE.sub("", text)
+
+
 def experience_body(exp: ExperienceSnippet) -> str:
     """Do/Avoid/Check/Scope by experience type; failure avoidance never reads as a recipe that worked."""
     kind = exp.experience_type
-    lines = _lines("Trigger:", exp.trigger)
+    lines = _lines("Trigger:", _without_task_quote(exp.trigger))
     if kind == "failure_avoidance":  # each line of what to avoid under its own label, unnumbered
         lines += _lines("Avoid:", [*numbered_steps(exp.procedure), *exp.anti_pattern])
         lines += _lines("Instead:", exp.preference)
@@ -253,7 +265,7 @@ def experience_body(exp: ExperienceSnippet) -> str:
         lines += _lines("Do:", exp.procedure)
         lines += _lines("Avoid:", exp.anti_pattern)
     lines += _lines("Check:", exp.verification)
-    lines += _lines("Scope:", exp.boundary)
+    lines += _lines("Scope:", _without_task_quote(exp.boundary))
     return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,6 +50,8 @@ _PROTECT_BEFORE: Final = re.compile(
     r"|[×x*/÷^]|\bv|乘以|乘|除以|除|每|端口|版本|保留|前|后|偏移|加|减|时区|utc|gmt)\s*[-+−]?\s*[$€£¥]?$",
     re.IGNORECASE,
 )
+#: A plural noun and "of" before a small number: a group size ("boxes of 12", "packs of 6").
+_GROUP_OF: Final = re.compile(r"\b[a-z]{3,}s\s+of\s*$", re.IGNORECASE)
 #: Right after a number, these make it a precision or a size in a rule ("2 decimals", "3 digits", "2 位小数").
 _PROTECT_AFTER: Final = re.compile(
     r"^\s*(?:decimal|decimals|decimal\s+places|places|digits|significant|sig\.?\s+figs?|dp\b|位|个小数|hours?\s+(?:ahead|behind)|"
@@ -71,7 +73,8 @@ _RANGE_AFTER: Final = re.compile(r"^\s*(?:[-–~]|to|到|至)\s*[-+]?\d")
 _RANGE_BEFORE: Final = re.compile(r"\d\s*(?:[-–~]|to|到|至)\s*$")
 #: Words that put the number after them in an answer's place (up to ~40 characters before it, same clause).
 _ANSWER_CUE: Final = re.compile(
-    r"(?:\b(?:expected|expecting|expect|got|getting|gets|get|actual|actually|answer(?:ed)?|result(?:s|ed)?|"
+    r"(?:\b(?:expected|expecting|expect|got|getting|gets|get|want(?:ed)?|received|actual|actually|answer(?:ed)?|"
+    r"result(?:s|ed)?|"
     r"totals?|sums?|values?|figures?|outputs?|scores?|came\s+out|comes?\s+out|comes?\s+to|come\s+to|amounts?\s+to|"
     r"should\s+(?:have\s+)?(?:be(?:en)?|equal|read|come\s+to|give|total)|must\s+be|would\s+be|is\s+really|"
     r"instead\s+of|rather\s+than|not|vs\.?|versus|was|were|you\s+(?:had|have|got|wrote|reported|returned|gave|"
@@ -80,7 +83,7 @@ _ANSWER_CUE: Final = re.compile(
     r"(?:counted|summed|found|picked|chose|listed|used|wrote|reported|returned|got|gave|added\s+up)(?:\s+\w+)?|"
     r"it'?s|it\s+is|that'?s|that\s+is|this\s+is|needs|wants|requires|expects)\b"
     r"|[=≠→]|->|!=|期望|预期|实际|得到|算出|算成|算的是|算出来|答案|结果|应为|应是|应该是|应该为|应当是|正确的是|正确值|"
-    r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|一共)"
+    r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|一共|总共|总额|平均值?|均值)"
     r"(?:\s*(?:is|was|be|of|at|as|to|about|around|only|just|a|an|the|just|是|为|了|的)\b)*\s*[$€£¥]?\s*$",
     re.IGNORECASE,
 )
@@ -107,7 +110,8 @@ _RESULT_CLAUSE: Final = re.compile(
     r"^\W*(?:而是|应是|就是|是)\s*[A-Za-z][\w.-]*\W*$|之后是|算下来是|结果是|一共是|合计是|总共是|"
     r"^\W*(?:it|this|that|the\s+(?:answer|result|value|path|command|output|figure|total))\s+"
     r"(?:should|must|would|needs?\s+to)\s+(?:have\s+)?(?:be(?:en)?|read|say)\s+[`'\"“]?[\w./-]*[\d/_.][\w./-]*|"
-    r"(?:正确答案|答案|结果|正确的(?:值|结果|路径|命令)?)(?:应该)?(?:是|为)|最[\u4e00-\u9fff]{1,3}的[\u4e00-\u9fff]{0,4}(?:是|为)|"
+    r"(?:正确答案|答案|结果|正确的[\u4e00-\u9fff]{0,8}?)(?:应该)?(?:是|为)|最[\u4e00-\u9fff]{1,3}的[\u4e00-\u9fff]{0,4}(?:是|为)|"
+    r"(?:排名?|名列)第[一二三1-3]名?的?[\u4e00-\u9fff]{0,4}(?:是|为)|第[一二三1-3]名(?:是|为)|"
     r"\b(?:comes?|came)\s+out\s+on\s+top\b|\btop\s+(?:is|was)\b|\bis\s+on\s+top\b|"
     r"\b" + _SUPERLATIVE + r"\s+(?:\w+\s+)?(?:is\s+|was\s+)?[`'\"“]?[A-Za-z][\w.-]*\d[\w.-]*|"
     r"\b(?:that|this|which|so|hence|thus)\b[^,;:]*\b(?:is|was|are|were|comes\s+to|equals)\s+[`'\"“]?[A-Za-z]*\d[\w./-]*"
@@ -116,7 +120,8 @@ _RESULT_CLAUSE: Final = re.compile(
 )
 #: A quoted value in an answer's place ("expected 'ferryctl scale …'", "got \"2024-Q1\"", "should be `x.glb`").
 _QUOTED_ANSWER: Final = re.compile(
-    r"\b(?:expected|got|actual|should\s+(?:have\s+)?be(?:en)?|must\s+be|answer\s+(?:is|was)|result\s+(?:is|was))\s*[:=]?\s*"
+    r"\b(?:expected|got|want(?:ed)?|received|actual|should\s+(?:have\s+)?be(?:en)?|must\s+be|answer\s+(?:is|was)|"
+    r"result\s+(?:is|was))\s*[:=]?\s*"
     r"[`'\"“]",
     re.IGNORECASE,
 )
@@ -205,6 +210,15 @@ def _answer_strings(text: str) -> list[str]:
     return out
 
 
+#: A JSON key as an answer quotes it (`"top_customer": …`).
+_ANSWER_KEY: Final = re.compile(r"[\"“]([A-Za-z_][\w.-]{1,40})[\"”]\s*:")
+
+
+def _answer_keys(text: str) -> list[str]:
+    """The field names of the agent's own answer as its reply quotes it: labels, not content, next to a value."""
+    return [match.group(1) for match in _ANSWER_KEY.finditer(text)]
+
+
 @dataclass(frozen=True)
 class InstanceContext:
     """What is known to be this attempt's: its values (numbers and strings), its ids and its answer's fields."""
@@ -243,7 +257,8 @@ class InstanceContext:
         for text in answer_texts:
             values.extend(n.value for n in numbers(text or "") if n.digits >= 3 or n.decimals)
             strings.update(s.casefold() for s in _answer_strings(text or ""))
-        names = {*_flat_keys(expected), *_flat_keys(actual), *fields}
+        keys = [key for text in answer_texts for key in _answer_keys(text or "")]
+        names = {*_flat_keys(expected), *_flat_keys(actual), *fields, *keys}
         return cls(
             values=tuple(dict.fromkeys(values)),
             strings=frozenset(strings),
@@ -285,6 +300,8 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
         return "protected"  # "like 5:10", "e.g. 08/01/2024": a value shown to illustrate a format
     if _RANGE_BEFORE.search(before):
         return "protected"
+    if _GROUP_OF.search(before) and _significant_digits(number) <= 2 and not number.decimals:
+        return "protected"  # "boxes of 12", "packs of 6": the size of a unit the data counts in
     if context.has_value(number):
         return "instance"
     clause_start = max(
@@ -396,11 +413,16 @@ def has_content(text: str, context: InstanceContext, *, names_count: bool = Fals
 #: Words a clause cannot end on once the value after them is gone ("… to get", "… is", "… came out as").
 _DANGLING: Final = re.compile(
     r"(?:\s+(?:to\s+get|to|giving|gives|which\s+gives|is|are|was|were|be|of|and|or|which|that|with|as|at|for|"
+    r"(?:and|so|then)\s+(?:you|we|it)(?:\s+(?:get|got|have|had|end\s+up\s+with|should\s+get))?|"
     r"means|mean|equals|becomes|reads|"
     r"by\s+about|about|around|roughly|approximately|came\s+out|comes\s+out|come\s+to|comes\s+to)|\s*[=:→])+\s*$"
     r"|(?:是|为|成|到|得|约)$",
     re.IGNORECASE,
 )
+
+
+#: A Chinese clause that ends where its value stood: "…平均是", "…总额是", "…应该为".
+_ZH_RESULT_END: Final = re.compile(r"[\u4e00-\u9fff](?:应该|应当|应)?(?:是|为|等于|就是)\s*$")
 
 
 def _strip_phrase(clause: str, number: Number, offset: int) -> str:
@@ -417,6 +439,8 @@ def _strip_phrase(clause: str, number: Number, offset: int) -> str:
     if re.search(rf"[\w{CJK_CHARS}]", rest):
         return ""
     kept = clause[:cut_from]
+    if _ZH_RESULT_END.search(head):
+        return ""  # "木材类平均是 44.84 镑": a Chinese clause that only said what the value is
     while True:
         shorter = _DANGLING.sub("", kept)
         if shorter == kept:
@@ -443,7 +467,10 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
     result_before = False  # the clause before was a result this attempt should have given
     held: tuple[int, str, str] | None = None  # a value's subject left as a fragment, kept if an aside explains it
     judged = bool(_JUDGED.search(sentence))  # a verdict names the fields it judged: no content in them
-    for separator, clause in clauses(sentence):
+    # a sentence that quotes this attempt's answer ("top_customer: got 'X', want 'Y'") names fields as labels
+    stated = any(value in sentence.casefold() for value in context.strings) or bool(_QUOTED_ANSWER.search(sentence))
+    parts = clauses(sentence)
+    for index, (separator, clause) in enumerate(parts):
         clause_start = sentence.find(clause, offset) if clause else offset
         clause_end = clause_start + len(clause)
         offset = max(offset, clause_end)
@@ -476,7 +503,11 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         for number, role in sorted(inside, key=lambda item: item[0].start, reverse=True):
             if role == "instance" and text and number.end - clause_start <= len(text):
                 text = _strip_phrase(text, number, clause_start)
-        listed = result_before and (separator in _LIST_SEPARATORS or (separator.strip() == "," and not has_verb(text)))
+        listed = result_before and (
+            separator in _LIST_SEPARATORS
+            or (separator.strip() in (",", "，") and not has_verb(text))
+            or bool(_REJECTED_AFTER.match(text))  # "…是 Penrose Builders，而不是 Mereworth 的": the rejected one
+        )
         result_before = False
         if _KIND_VALUE.search(clause):
             pass  # "expected header X-Token, got Authorization": what kind of thing, and which: a convention
@@ -484,10 +515,12 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
             listed  # "正确答案是纺织品 12 件、灯具 4 件": the items after a result belong to it
             or any(value in text.casefold() for value in context.strings)
             or _states_result(text)
+            or (any(role == "instance" for _, role in inside) and _states_result(clause))  # "X leads with 4750.8"
             or _QUOTED_ANSWER.search(text)
             or _near_answer(text, context)
         ):
-            text = ""
+            # "Drop that last line and the total is 10175.15": the command before the result stays
+            text = _command_before_result(clause, [n.text for n, r in inside if r == "instance"])
             result_before = True
             if _PREDICATE_ONLY.match(clause):
                 _trim_dangling_subject(pieces)  # "… and the lamp, with 8 units, is the lowest": its subject goes
@@ -495,8 +528,10 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
             text = _TRAILING_VALUE.sub("", text) if _TRAILING_VALUE.search(text) and not has_verb(text) else text
         parameter = any(role == "protected" and number.text in text for number, role in inside)
         spec = separator.strip() in (":", "：") and bool(pieces) and bool(pieces[-1][1]) and not label_before
-        fragment = dropped and not spec and _fragment(text, inside)
-        names_count = not inside and "instance" not in roles and not dropped and not judged
+        # "qty = boxes (×12)": the left side of a relation is its subject, not a stray fragment
+        relation = index + 1 < len(parts) and parts[index + 1][0].strip() == "="
+        fragment = dropped and not spec and not relation and _fragment(text, inside)
+        names_count = not inside and "instance" not in roles and not dropped and not judged and not stated
         if text.strip() and (has_content(text, context, names_count=names_count) or parameter) and not fragment:
             if text != clause:
                 removed.append(squash(clause))
@@ -548,18 +583,19 @@ def _near_answer(clause: str, context: InstanceContext) -> bool:
 
 
 def _result_tail(sentence: str, found: list[Number], roles: list[str]) -> int | None:
-    """Where a colon's tail of bare results starts ("Leave them out: 13 volumes, 1960 GB freed", "…: Transvia, 7"):
-    after the last ": ", no verb, and a number that is no rule's parameter. None when there is none."""
-    colon = max(sentence.rfind(": "), sentence.rfind("："))
-    if colon < 0:
-        return None
-    rest = sentence[colon + 1 :]
-    numbers_after = [(n, r) for n, r in zip(found, roles, strict=True) if n.start > colon]
-    if not numbers_after or has_verb(rest):
-        return None
-    if all(r == "protected" or n.text.startswith(("+", "-", "−")) for n, r in numbers_after):
-        return None
-    return colon + 1
+    """Where a tail of bare results starts after a colon or an arrow ("Leave them out: 13 volumes, 1960 GB freed",
+    "…: Transvia, 7", "read the rotated files too → 12 errors, wf-gw-01"): no verb after it, and a number that is
+    no rule's parameter. The earliest such place wins; None when there is none."""
+    marks = sorted((m.end(), m.start()) for m in re.finditer(r":\s|：|\s*(?:→|->|=>)\s*", sentence))
+    for end, start in marks:
+        rest = sentence[end:]
+        numbers_after = [(n, r) for n, r in zip(found, roles, strict=True) if n.start >= end]
+        if not numbers_after or has_verb(rest):
+            continue
+        if all(r == "protected" or n.text.startswith(("+", "-", "−")) for n, r in numbers_after):
+            continue
+        return start + 1 if sentence[start] in ":：" else end
+    return None
 
 
 def _has_instance(sentence: str, found: list[Number], roles: list[str], context: InstanceContext) -> bool:
@@ -612,15 +648,38 @@ def _states_result(text: str) -> bool:
     """Whether a clause states the value this attempt should have given ("the top month was 2024-03", "the
     correct total is 1,204"), not a rule ("the first run is always a --dry-run", "the last line is the feed's
     control total")."""
+    return _result_start(text) is not None
+
+
+def _result_start(text: str) -> int | None:
+    """Where the result statement in `text` starts (`_states_result`), or None."""
     match = _RESULT_CLAUSE.search(text)
     if match is None or _GENERIC.search(text):
-        return False
+        return None
     ordinal = _ORDINAL_RESULT.match(text)
-    if ordinal is not None:
-        return bool(_VALUE_LIKE.search(ordinal.group("rest")))
-    return True
+    if ordinal is not None and not _VALUE_LIKE.search(ordinal.group("rest")):
+        return None
+    return match.start()
 
 
+#: Where a command ends and a result joined to it starts ("Net them off and Penrose Builders leads with 4750.8").
+_JOINED_RESULT: Final = re.compile(r"\s+(?:and|so|then)\s+", re.IGNORECASE)
+
+
+def _command_before_result(clause: str, values: Sequence[str]) -> str:
+    """The command a clause gives before the result it goes on to state ("Drop that last line and the total is
+    10175.15" → "Drop that last line"; `values`: this attempt's numbers in the clause), or "" when it gives
+    none."""
+    for join in reversed(list(_JOINED_RESULT.finditer(clause))):
+        head, tail = clause[: join.start()], clause[join.end() :]
+        result = _states_result(tail) or any(value in tail for value in values)
+        if result and has_verb(head) and not _states_result(head) and not any(value in head for value in values):
+            return head
+    return ""
+
+
+#: A clause that names what a result replaces ("…, not 9", "…，而不是 Mereworth 的").
+_REJECTED_AFTER: Final = re.compile(r"^\W*(?:而不是|不是|rather\s+than\b|instead\s+of\b|not\b)", re.IGNORECASE)
 #: Separators that join the items of one list, never two clauses.
 _LIST_SEPARATORS: Final = frozenset({"、"})
 #: A clause that is a predicate without its subject ("is the lowest", "comes to 182").

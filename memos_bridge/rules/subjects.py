@@ -365,7 +365,12 @@ def _named(term: str, lowered: str, words: set[str]) -> bool:
     if kind == "word":
         return bool(parts) and matched >= 1
     # a compound name (`marigold_catalog.csv`) needs two of its words, or a request naming a file of the same
-    # family (`kestrel_manifest_apr13.txt` for `kestrel_manifest_apr12.txt`: the same leading word)
+    # family (`kestrel_manifest_apr13.txt` for `kestrel_manifest_apr12.txt`: the same leading word); a field or a
+    # code that is no file needs every piece (`unit_price` is not `unit_price_gbp`, `eu_west` not `eu-west-1`)
+    if not FILE.fullmatch(term):
+        pieces = re.findall(r"[a-z]+|\d+", key)
+        have = set(re.findall(r"[a-z]+|\d+", lowered))
+        return bool(pieces) and all(p in have or any(_same_word(p, w) for w in words) for p in pieces)
     if parts and matched >= min(2, len(parts)):
         return True
     lead = _LEAD_PART.match(key)
@@ -384,6 +389,9 @@ def mentions(request: str, terms: Iterable[str]) -> bool:
     words = set(_PART.findall(lowered))
     request_units = {u.canonical for u in units(request)}
     listed = [t for t in terms if t.strip()]
+    if any(_names_owner(term, request) for term in listed):
+        return True
+    listed = [t for t in listed if not _OWNER.fullmatch(t)]  # a company not named: its other terms decide
     strong = [t for t in listed if _strength(t) != "word"]
     for term in strong or listed:
         named_units = {u.canonical for u in units(term)}
@@ -392,6 +400,18 @@ def mentions(request: str, terms: Iterable[str]) -> bool:
         if _named(term, lowered, words):
             return True
     return False
+
+
+_OWNER: Final = re.compile(r"([A-Z][a-z]{3,})(?:\s+[A-Z][a-z]+)+")
+
+
+def _names_owner(term: str, request: str) -> bool:
+    """A proper name (`owner_names`) is named by its own leading word, capitalised ("the Wrenfield gateway log"
+    names "Wrenfield Telecom")."""
+    match = _OWNER.fullmatch(term)
+    if match is None or match.group(1).casefold() in STOPWORDS:
+        return False
+    return bool(re.search(rf"(?<![\w-]){match.group(1)}(?![\w-])", request))
 
 
 def shares_words(request: str, words: Iterable[str], need: int = 2) -> bool:
@@ -415,3 +435,23 @@ def same_inputs(a: Iterable[str], b: Iterable[str]) -> bool:
         return {m.group(1) for m in found if m is not None and m.group(1) not in _EXTENSIONS}
 
     return bool(leads(left) & leads(right))
+
+
+#: A run of two or more capitalised words ("Wrenfield Telecom's", "Larkspur Parcel Co."): an organisation's or a
+#: product's proper name. All-caps words (acronyms, log levels) and single words do not start one.
+_PROPER_RUN: Final = re.compile(r"\b[A-Z][a-z]+(?:[ \t]+(?:&[ \t]+)?[A-Z][a-z]+\.?)+")
+
+
+def owner_names(text: str) -> list[str]:
+    """The proper names `text` is about ("Wrenfield Telecom", "Marigold Home Goods"): two or more capitalised
+    words in a row, possessive dropped, less the function words a sentence may open with ("For Larkspur Parcel"
+    is "Larkspur Parcel"). Tasks on one company's data name the company; its house conventions hold for all of
+    its files, so a lesson learnt on one file is recalled for another file of the same company."""
+    out: list[str] = []
+    for match in _PROPER_RUN.finditer(text):
+        words = [w.rstrip(".") for w in match.group(0).split() if w != "&"]
+        while words and words[0].casefold() in STOPWORDS:
+            words.pop(0)
+        if len(words) >= 2:
+            out.append(" ".join(words))
+    return list(dict.fromkeys(out))

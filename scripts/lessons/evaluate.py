@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -350,6 +351,7 @@ def run_service(
     home: Path | None = None,
     progress: Callable[[str], None] | None = None,
     rpc_timeout_s: float = 180.0,
+    keep_log: Path | None = None,
 ) -> RunResult:
     """Every family of `families` in order through one spawned service (module docstring)."""
     started = time.perf_counter()
@@ -426,6 +428,9 @@ def run_service(
         finally:
             client.close()
             log.close()
+            if keep_log is not None:  # the service's stderr, for reading what its stages logged
+                keep_log.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(scratch) / "service.log", keep_log)
     experiences = [
         {k: p.get(k) for k in ("id", "experienceType", "status", "title", "support", "procedure", "trigger")}
         for p in policies

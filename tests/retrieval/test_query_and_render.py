@@ -111,3 +111,24 @@ def test_a_recalled_repair_shows_its_transferable_steps_not_the_failed_attempts_
     body = experience_body(merged)
     assert "revenue_by_region_usd" in body  # the Prefer line is the only one: kept
     assert "Avoid: Do not count cancelled orders." in body and "is missing from" not in body
+
+
+def test_an_experience_does_not_quote_the_request_it_was_learnt_on() -> None:
+    from memos_bridge.retrieval.render import ExperienceSnippet, experience_body
+
+    exp = ExperienceSnippet(
+        ref_id="po_2",
+        experience_type="repair_instruction",
+        title="Credit notes",
+        trigger="Tasks involving fernhill_invoices.csv (domain: csv); learnt on “Penrose Builders' order is x.”",
+        procedure="1. Rows of type CRN are credit notes: subtract them.",
+        verification="",
+        boundary="From user feedback fb_1 on “Penrose Builders' order is x.” (episode ep_1). Not yet confirmed.",
+        preference=[],
+        anti_pattern=[],
+        updated_at=1,
+    )
+    body = experience_body(exp)
+    assert "Penrose" not in body  # another task's request can name that task's answer
+    assert "Tasks involving fernhill_invoices.csv (domain: csv)" in body and "(episode ep_1)" in body
+    assert "subtract them" in body

@@ -15,7 +15,7 @@ from memos_bridge.rules.lessons import (
     role_of,
     sentences,
 )
-from memos_bridge.rules.subjects import identifiers, mentions, numbers, shares_words, subject_of, units
+from memos_bridge.rules.subjects import identifiers, mentions, numbers, owner_names, shares_words, subject_of, units
 
 NAIVE = InstanceContext.build(answer_texts=['Done: wrote answer.json with {"total_kg": 910.0}.'], fields=["total_kg"])
 
@@ -277,3 +277,57 @@ def test_a_request_names_a_subject_by_its_names_not_by_a_word_inside_a_flag() ->
 def test_one_lesson_per_convention_by_sentence_structure(feedback: str, conventions: int) -> None:
     groups = group_lessons(read_feedback(feedback).lessons)
     assert len(groups) == conventions, [g.texts for g in groups]
+
+
+# ---------------------------------------------------------------- results stated in other shapes
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # "want" / "got" label this attempt's values like "expected" / "actual"; the field names are labels
+        ("top_customer: got 'Mereworth Kitchens', want 'Penrose Builders'.", ""),
+        # the values after an arrow are results; the rule before it stays
+        ("read gateway.log.1/.2 too → 12 errors, wf-gw-01", "read gateway.log.1/.2 too"),
+        ("list prices are VAT-inclusive → ÷1.2", "list prices are VAT-inclusive → ÷1.2"),
+        # the left side of a relation is its subject
+        ("qty = boxes (×12): 14 → 168", "qty = boxes (×12)"),
+        # a group size is a rule's parameter
+        (
+            "qty in boxes of 12; list prices gross (incl VAT) → 1122.0",
+            "qty in boxes of 12; list prices gross (incl VAT)",
+        ),
+        # a command before a result joined by "and" stays; the result goes
+        ("Drop that last line and the total charge is 10175.15.", "Drop that last line."),
+        ("Multiply by 12 and you get 168.", "Multiply by 12."),
+        # a Chinese clause that only said what the value is goes; the rule before it stays
+        ("要不含税的价格得先除以 1.2——合页应该是 3.50 镑，木材类平均是 44.84 镑。", "要不含税的价格得先除以 1.2。"),
+        ("减完以后排第一的是 Penrose Builders，4750.8 英镑，而不是 Mereworth 的 11742。", ""),
+        ("第一行是表头，要跳过。", "第一行是表头，要跳过。"),
+        (
+            "bearing_temp 的单位是 0.1 °C，先除以 10 再和 45 比较，平均 41.0。",
+            "bearing_temp 的单位是 0.1 °C，先除以 10 再和 45 比较。",
+        ),
+    ],
+)
+def test_results_in_other_shapes_are_removed_and_the_rule_stays(text: str, kept: str) -> None:
+    context = InstanceContext.build(
+        answer_texts=['Done: wrote answer.json with {"top_customer": "Mereworth Kitchens", "errors": 3}.']
+    )
+    assert strip_instance(text, context).text == kept
+
+
+def test_a_company_named_by_a_task_makes_its_lessons_recallable_for_its_other_files() -> None:
+    assert owner_names("Wrenfield Telecom's edge gateways write to gateway.log.") == ["Wrenfield Telecom"]
+    assert owner_names("For Larkspur Parcel Co. exports, what is the total?") == ["Larkspur Parcel Co"]
+    assert owner_names("What The total is, in kg?") == []  # capitalised function words name nothing
+    assert owner_names("Count ERROR lines in auth.log") == []  # acronyms are not names
+    assert mentions("How many hours does the Wrenfield gateway log span?", ["auth.log", "Wrenfield Telecom"])
+    assert not mentions("How many hours does the Brackenfield log span?", ["auth.log", "Wrenfield Telecom"])
+
+
+def test_a_field_or_code_is_named_by_all_its_pieces_a_file_by_two_of_its_words() -> None:
+    assert not mentions("What is the average unit_price of the fasteners?", ["unit_price_gbp"])
+    assert mentions("Net price from unit_price_gbp in the list", ["unit_price_gbp"])
+    assert not mentions("Using larchmont_eu_west_snapshots.json, which volume frees most?", ["eu-west-1"])
+    assert mentions("Which carrier shipped most in the Kestrel manifest?", ["kestrel_manifest_apr12.txt"])

@@ -48,7 +48,7 @@ from memos_bridge.rules.lessons import (
     read_feedback,
     specific_tokens,
 )
-from memos_bridge.rules.subjects import Subject, identifiers, number_key, numbers, subject_of, units
+from memos_bridge.rules.subjects import Subject, identifiers, number_key, numbers, owner_names, subject_of, units
 from memos_bridge.rules.text import clip, first_sentence, numbered, numbered_steps, squash, unnumbered
 from memos_bridge.rules.tokens import content_tokens, token_similarity
 
@@ -513,11 +513,12 @@ def subject_terms(subject: Subject, episode: EpisodeFacts, verifier: VerifierVie
 def recall_terms(subject: Subject, episode: EpisodeFacts, verifier: VerifierView | None) -> list[str]:
     """The terms a request must name for the lesson to be recalled without a close match in meaning: its names and
     the files it was learnt on; a unit alone only when the lesson names nothing else ("cents" or "kg" are words of
-    every company's exports, so they do not say which subject a lesson is about)."""
+    every company's exports, so they do not say which subject a lesson is about); and the company the task named
+    ("Wrenfield Telecom"): a house convention holds for every file of that house."""
     written = {name.casefold() for name in episode.written}
     names = [name for name in subject.identifiers if name.casefold() not in written]
     terms = [*names, *input_files(episode, verifier)] or [u.surface or u.canonical for u in subject.units]
-    return list(dict.fromkeys(terms))[:SUBJECT_TERMS]
+    return list(dict.fromkeys([*terms[: SUBJECT_TERMS - 1], *owner_names(episode.task)[:1], *terms]))[:SUBJECT_TERMS]
 
 
 #: Content words a lesson without names keeps for recall.
