@@ -51,7 +51,7 @@ RUN_STYLES: tuple[str, ...] = (*STYLES, "mixed")
 #: Words that read a scale or a unit into a number; a line carrying one that no source text used is invented.
 READINGS = re.compile(
     r"\b(?:thousands?|millions?|billions?|percent(?:age)?s?|per\s+cent|fractions?|basis\s+points?|"
-    r"in\s+cents|minor\s+units?|kilo(?:gram)?s?|pounds?|seconds?|milliseconds?|hours?|minutes?)\b",
+    r"in\s+cents|minor\s+units?|kilo(?:gram)?s?|pounds?|seconds|per\s+second|milliseconds?|hours?|minutes?)\b",
     re.IGNORECASE,
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")

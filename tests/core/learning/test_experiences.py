@@ -332,6 +332,20 @@ def test_an_llm_rewording_must_be_grounded_and_keep_the_lessons_key_terms() -> N
     assert refined.lesson == draft.lesson  # the feedback's own words stay what compact recall shows
 
 
+def test_an_llm_rewording_may_not_put_back_a_value_the_instance_filter_took_out() -> None:
+    feedback = _facts("Coordinates are [longitude, latitude]. The nearest depot is rd_8844, at 13.29025 km.")
+    (draft,) = rules.draft_experiences(feedback, EPISODE, rules.assess(feedback, EPISODE))
+    assert "rd_8844" not in " ".join(draft.lesson) and any("rd_8844" in phrase for phrase in draft.instance)
+    copied = FeedbackRefineOutput(
+        title="Coordinates are longitude first",
+        trigger="Depot lookups",
+        procedure="1. Read coordinates as [longitude, latitude]; the nearest depot is rd_8844.",
+    )
+    assert rules.apply_refinement(draft, copied, feedback.text) is None
+    faithful = copied.model_copy(update={"procedure": "1. Read coordinates as [longitude, latitude]."})
+    assert rules.apply_refinement(draft, faithful, feedback.text) is not None
+
+
 def test_lesson_lines_fold_types_into_do_avoid_check() -> None:
     assert rules.lesson_lines("failure_avoidance", "Do not reuse X\nDo not skip Y", ["Use Z"], []) == (
         ["Use Z"],

@@ -662,6 +662,19 @@ def same_line(a: str, b: str) -> bool:
 # The LLM's wording
 
 
+#: A value in a removed phrase: a number of two or more digits, or a name with a digit, a dash or an underscore.
+_VALUE_TOKEN: Final = re.compile(r"\d[\d.,]*\d|[A-Za-z][\w-]*[\d_-][\w-]*")
+
+
+def _instance_values(draft: ExperienceDraft) -> set[str]:
+    """The values the instance filter took out of the feedback (`draft.instance`) that the lesson itself does not
+    name: a rewording that puts one back ("use rd_8844", "it should be 13.29025") restates this attempt's answer,
+    whichever side of the verdict it came from."""
+    lesson = " ".join(draft.lesson).casefold()
+    found = {m.group(0).casefold() for phrase in draft.instance for m in _VALUE_TOKEN.finditer(phrase)}
+    return {value for value in found if value not in lesson and len(value) >= 3}
+
+
 def apply_refinement(
     draft: ExperienceDraft,
     output: FeedbackRefineOutput,
@@ -672,7 +685,8 @@ def apply_refinement(
     specific word with the evidence (an invented lesson), one that drops a key term of the lesson — a name, a
     unit or a convention number the feedback gave (a rewording that loses "0.4536" or `weight` teaches less than
     the feedback's own words) — or one that states this attempt's values (`instance`: a model copies "expected
-    1234, not 1234000" into its wording as readily as a verifier prints it). Its other lines that do are dropped.
+    1234, not 1234000" into its wording as readily as a verifier prints it, and puts back the corrected value the
+    instance filter took out of a user's words). Its other lines that do are dropped.
 
     The type, polarity, confidence, salience, tags, subject and verifier data stay the rule draft's: the
     objective outcome decides them, not the wording. The feedback's own lines stay in `lesson` (what compact
@@ -688,9 +702,15 @@ def apply_refinement(
     if not keeps_terms(procedure + "\n" + title, wanted):
         return None
     context = instance or InstanceContext()
+    taken_out = _instance_values(draft)
 
-    def own(line: str) -> bool:
-        return bool(line.strip()) and not instance_specific(line) and not states_instance(line, context)
+    def own(line: str) -> bool:  # no value of this attempt, nor one the instance filter took out
+        return (
+            bool(line.strip())
+            and not instance_specific(line)
+            and not states_instance(line, context)
+            and not any(value in line.casefold() for value in taken_out)
+        )
 
     if not own(procedure) or not own(title):
         return None
