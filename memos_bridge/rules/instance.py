@@ -559,9 +559,9 @@ _VALUE_TOKEN: Final = re.compile(r"[\w.$€£¥%/-]+")
 
 
 def _near_answer(clause: str, context: InstanceContext) -> bool:
-    """Whether a clause restates this attempt's answer with edits ("tw --workspace ws-4471 run nightly-orders" for
-    the answer "tw run nightly-orders"): most of the answer's words, in its order, and mostly those words (a rule
-    that names part of the answer, "tw needs the global flag --workspace ws-4471", is not a restatement); or every
+    """Whether a clause restates this attempt's answer with edits ("app --profile p-17 run sync" for
+    the answer "app run sync"): most of the answer's words, in its order, and mostly those words (a rule
+    that names part of the answer, "app needs the global flag --profile p-17", is not a restatement); or every
     word of the answer, in order, within a span at most twice its length, whatever surrounds it."""
     words = [w.rstrip(".") for w in _VALUE_TOKEN.findall(clause.casefold())]
     for value in context.strings:
@@ -578,7 +578,7 @@ def _near_answer(clause: str, context: InstanceContext) -> bool:
         if len(places) / len(wanted) >= 0.6 and own / max(1, len(words)) >= 0.5:
             return True
         if len(places) == len(wanted) and places[-1] - places[0] + 1 <= 2 * len(wanted):
-            return True  # "Write it as tw --workspace ws-4471 status churn-scores": the whole answer, a few edits
+            return True  # "Write it as app --profile p-17 status sync": the whole answer, a few edits
     return False
 
 

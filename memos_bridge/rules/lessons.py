@@ -609,7 +609,7 @@ def split_conventions(line: LessonLine) -> list[LessonLine]:
         for j, b in enumerate(subjects[i + 1 :], start=i + 1)
     )
     substantial = any(owned) or all(len(t) >= 2 for t in topics)
-    # a bare name is no statement: "QX-7a and QX-7b are channels of QX-7" has one compound subject
+    # a bare name is no statement: "AB-1a and AB-1b are channels of AB-1" has one compound subject
     said = all(has_verb(part) or "=" in part or len(specific_tokens(part)) >= 2 for part in parts)
     if not disjoint or not said or not (all(owned) or (all(statements) and substantial)):
         return [line]

@@ -353,7 +353,8 @@ def _strength(term: str) -> str:
     return "word"
 
 
-def _named(term: str, lowered: str, words: set[str]) -> bool:
+def _named(term: str, lowered: str, words: set[str], pieces: set[str]) -> bool:
+    """Whether the request (`lowered`; its word parts `words` and letter/digit runs `pieces`) names `term`."""
     key = term.casefold().strip()
     if len(key) >= 3 and re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", lowered):
         return True
@@ -368,9 +369,8 @@ def _named(term: str, lowered: str, words: set[str]) -> bool:
     # family (`kestrel_manifest_apr13.txt` for `kestrel_manifest_apr12.txt`: the same leading word); a field or a
     # code that is no file needs every piece (`unit_price` is not `unit_price_gbp`, `eu_west` not `eu-west-1`)
     if not FILE.fullmatch(term):
-        pieces = re.findall(r"[a-z]+|\d+", key)
-        have = set(re.findall(r"[a-z]+|\d+", lowered))
-        return bool(pieces) and all(p in have or any(_same_word(p, w) for w in words) for p in pieces)
+        own = _PIECE.findall(key)
+        return bool(own) and all(p in pieces or any(_same_word(p, w) for w in words) for p in own)
     if parts and matched >= min(2, len(parts)):
         return True
     lead = _LEAD_PART.match(key)
@@ -378,15 +378,18 @@ def _named(term: str, lowered: str, words: set[str]) -> bool:
 
 
 _LEAD_PART: Final = re.compile(r"([a-z]{4,})[_.-]")
+#: The letter and digit runs of a name (`unit_price_gbp` → unit, price, gbp; `eu-west-1` → eu, west, 1).
+_PIECE: Final = re.compile(r"[a-z]+|\d+")
 
 
 def mentions(request: str, terms: Iterable[str]) -> bool:
-    """Whether `request` names one of a lesson's subject terms: a flag, path or header literally; a file or a
-    compound name by two of its words or by a sibling file; a plain word by itself or an inflection; a unit by
-    any of its names. When a lesson has names stronger than plain words, one of those must be named: a plain
-    word ("returns", "status") is as likely another subject's."""
+    """Whether `request` names one of a lesson's subject terms: a flag, path or header literally; a file by two
+    of its words or by a sibling file; a field or code by all of its pieces; a plain word by itself or an
+    inflection; a unit by any of its names; a company by its leading word. When a lesson has names stronger than
+    plain words, one of those must be named: a plain word ("returns", "status") is as likely another subject's."""
     lowered = request.casefold()
     words = set(_PART.findall(lowered))
+    pieces = set(_PIECE.findall(lowered))
     request_units = {u.canonical for u in units(request)}
     listed = [t for t in terms if t.strip()]
     if any(_names_owner(term, request) for term in listed):
@@ -397,7 +400,7 @@ def mentions(request: str, terms: Iterable[str]) -> bool:
         named_units = {u.canonical for u in units(term)}
         if named_units and named_units <= request_units and _strength(term) != "literal":
             return True
-        if _named(term, lowered, words):
+        if _named(term, lowered, words, pieces):
             return True
     return False
 

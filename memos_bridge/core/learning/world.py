@@ -26,6 +26,7 @@ issue 5 "World models"). One run:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
@@ -100,10 +101,11 @@ async def run_world(ctx: LearningContext, episode_id: str) -> WorldReport:
     if not touched:
         report.skipped = "no_domain_experience"
         return report
+    terms_of = {view.id: view.terms for view in state.views}
     for key in sorted(touched, key=lambda k: domains[k].rank):
         for group in same_input_groups(by_domain[key]):  # one domain word, different data: separate models
             if any(v.id in state.touched for v in group):
-                await _run_domain(ctx, report, state.owner, domains[key], group)
+                await _run_domain(ctx, report, state.owner, domains[key], group, terms_of)
     log.info(
         "l3 %s: %d created, %d merged, %d unchanged, skipped %s",
         episode_id,
@@ -116,7 +118,12 @@ async def run_world(ctx: LearningContext, episode_id: str) -> WorldReport:
 
 
 async def _run_domain(
-    ctx: LearningContext, report: WorldReport, owner: OwnerFilter, domain: Domain, views: list[ExperienceView]
+    ctx: LearningContext,
+    report: WorldReport,
+    owner: OwnerFilter,
+    domain: Domain,
+    views: list[ExperienceView],
+    terms_of: Mapping[str, Sequence[str]],
 ) -> None:
     settings = ctx.settings.learning.world
     cluster = build_cluster(domain, views, settings)
@@ -142,6 +149,7 @@ async def _run_domain(
             settings=settings,
             dim=ctx.vectors.dim,
             now=ctx.clock(),
+            terms_of=terms_of,
         )
     )
     row = stored.row

@@ -17,7 +17,7 @@ Each function takes a `Session` and runs inside `db.read` / `db.write` (worker t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -198,15 +198,15 @@ def _related(row: WorldModelRow, domain: str, cluster_ids: Sequence[str], settin
     )
 
 
-def _same_data(db: Session, row: WorldModelRow, cluster: Cluster) -> bool:
+def _same_data(row: WorldModelRow, cluster: Cluster, terms_of: Mapping[str, Sequence[str]]) -> bool:
     """Whether a model may absorb `cluster`: it shares members with it, or its members were learnt on inputs
     the cluster's share (or either side recorded none). A domain word in common is not enough: "tests" in a
-    lab's assay export and in a CI log are different worlds."""
-    if set(cluster.ids) & set(row.policy_ids_json or []) or not cluster.terms:
+    lab's assay export and in a CI log are different worlds. `terms_of`: the inputs of the experiences the run
+    already read (a member no longer live counts as recording none)."""
+    members = [str(i) for i in (row.policy_ids_json or [])]
+    if set(cluster.ids) & set(members) or not cluster.terms:
         return True
-    ids = [str(i) for i in (row.policy_ids_json or [])]
-    lessons: list[Any] = list(db.execute(select(PolicyRow.lesson_json).where(PolicyRow.id.in_(ids))).scalars())
-    theirs = {str(t) for lesson in lessons if isinstance(lesson, dict) for t in (lesson.get("terms") or [])}
+    theirs = {term for member in members for term in terms_of.get(member, ())}
     return not theirs or same_inputs(cluster.terms, theirs)
 
 
@@ -285,13 +285,16 @@ def persist(
     settings: WorldSettings,
     dim: int,
     now: int,
+    terms_of: Mapping[str, Sequence[str]] | None = None,
 ) -> StoredWorld:
-    """Merge the draft into its target or insert it (see the module docstring)."""
+    """Merge the draft into its target or insert it (see the module docstring); `terms_of` maps the live
+    experiences to the inputs they were learnt on (a model learnt on other data is no target)."""
+    terms_of = terms_of or {}
     episodes = [e for m in cluster.members for e in m.source_episodes]
     rows = [
         row
         for row in _live_models(db, owner)
-        if _related(row, cluster.domain.key, cluster.ids, settings) and _same_data(db, row, cluster)
+        if _related(row, cluster.domain.key, cluster.ids, settings) and _same_data(row, cluster, terms_of)
     ]
     target = pick_target(rows, cluster.domain.key, cluster.ids, _vector(vec, dim), settings, dim)
     if target is None:
