@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.rules.secrets import compile_allow, compile_extra_rules
 
 ENV_PREFIX = "MEMOS_BRIDGE_"
 
@@ -433,6 +434,29 @@ class StrengthSettings(_Section):
     decay_batch: int = Field(2000, ge=1, description="Rows updated per write transaction of the decay job.")
 
 
+class RedactionSettings(_Section):
+    """Secrets in what hosts send (tool output, replies, feedback) are replaced on the way in, before anything is
+    stored, embedded, indexed, summarised, logged or sent to an LLM, by `[REDACTED:<kind>]`."""
+
+    enabled: bool = Field(True, description="Redact credentials in every request's text (on by default).")
+    patterns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra rules, kind → Python regex (a named group `secret` limits the replaced part), applied "
+        "after the built-in ones.",
+    )
+    allow: list[str] = Field(
+        default_factory=list,
+        description="Regexes of values that are never redacted (a documented example key, a test fixture); a "
+        "found secret that fully matches one is kept.",
+    )
+
+    @model_validator(mode="after")
+    def _compile(self) -> RedactionSettings:
+        compile_extra_rules(self.patterns)  # raises ValueError, reported as a configuration problem
+        compile_allow(self.allow)
+        return self
+
+
 class Settings(_Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".memos-bridge")
     lightweight: bool = Field(False, description="Capture + retrieval only (no reward, L2, L3, skills).")
@@ -446,6 +470,7 @@ class Settings(_Section):
     strength: StrengthSettings = Field(default_factory=lambda: StrengthSettings())
     llm: LLMSettings = Field(default_factory=lambda: LLMSettings())
     logging: LoggingSettings = Field(default_factory=lambda: LoggingSettings())
+    redaction: RedactionSettings = Field(default_factory=lambda: RedactionSettings())
 
     @property
     def config_path(self) -> Path:

@@ -693,6 +693,14 @@ class LearningHealthDTO(WireModel):
     last_error: str = ""
 
 
+class RedactionHealthDTO(WireModel):
+    """Secrets replaced by `[REDACTED:<kind>]` in requests since the service started."""
+
+    enabled: bool
+    total: int = 0
+    by_kind: dict[str, int] = Field(default_factory=dict)
+
+
 class CoreHealthDTO(WireModel):
     ok: bool
     version: str
@@ -707,6 +715,7 @@ class CoreHealthDTO(WireModel):
     llm_usage: dict[str, Any] | None = Field(
         None, description="Per-operation LLM counters (calls, failures, malformed, tokens, latency), breakers, budget."
     )
+    redactions: RedactionHealthDTO | None = Field(None, description="Secrets redacted from requests, by kind.")
 
 
 class EmptyParams(WireModel):

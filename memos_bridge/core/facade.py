@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import anyio
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from memos_bridge import __version__
@@ -38,6 +39,7 @@ from memos_bridge.llm.base import ChatMessage, LLMProvider
 from memos_bridge.llm.facade import LLMFacade
 from memos_bridge.llm.factory import build_llm_facade
 from memos_bridge.retrieval.engine import Retriever
+from memos_bridge.rules.secrets import Redactor
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
 from memos_bridge.timeutil import now_ms
@@ -64,6 +66,11 @@ class MemoryCore:
             llm if isinstance(llm, LLMFacade) else build_llm_facade(settings.llm, llm, sink=DatabaseApiLogSink(db))
         )
         self.events = events or EventBus()
+        self.redactor = Redactor(
+            enabled=settings.redaction.enabled,
+            extra_patterns=settings.redaction.patterns,
+            allow=settings.redaction.allow,
+        )
         self._connections = connections  # callable returning the live connection count, set by the server
         self._started = time.monotonic()
         self._schema_version: int | None = None
@@ -138,7 +145,7 @@ class MemoryCore:
             paths=dto.HealthPathsDTO(
                 home=str(self.settings.home),
                 config=str(self.settings.config_path),
-                db=self.settings.database_url,
+                db=self.redactor.redact(self.settings.database_url, count=False),
                 logs=str(self.settings.logs_dir),
             ),
             llm=dto.ModelHealthDTO(
@@ -162,7 +169,17 @@ class MemoryCore:
                 last_error=self.learning.queue.stats.last_error,
             ),
             llm_usage=self.llm.stats(),
+            redactions=self._redaction_health(),
         )
+
+    def redact(self, params: BaseModel) -> BaseModel:
+        """`params` with every secret replaced (the same object when it held none): applied to each request
+        before any method sees it."""
+        return self.redactor.redact_model(params)
+
+    def _redaction_health(self) -> dto.RedactionHealthDTO:
+        counts = self.redactor.counts()
+        return dto.RedactionHealthDTO(enabled=self.redactor.enabled, total=sum(counts.values()), by_kind=counts)
 
     async def llm_test(self, params: dto.LlmTestParams) -> dto.LlmTestResult:
         started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The method table: one thin handler per contract method (validate params → call core → DTO).
+"""The method table: one thin handler per contract method (validate params → redact → call core → DTO).
 
 No logic lives here beyond parameter mapping; errors are turned into JSON-RPC errors by the transport's
 guard (MemosError → -32000/-32602 with `error.data`, pydantic ValidationError → -32602).
@@ -58,11 +58,13 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
     }
 
 
-def _make_handler(spec: MethodSpec, call: CoreCall) -> Handler:
+def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel], BaseModel]) -> Handler:
     params_model = spec.params
 
     async def handler(ctx: Any, **params: Any) -> Any:
-        validated = params_model.model_validate(params)
+        # Secrets are replaced here, before core sees the params: nothing downstream (storage, embeddings,
+        # indexes, logs, LLM prompts, recall) can keep what it never received.
+        validated = redact(params_model.model_validate(params))
         result = await call(validated)
         return Success(None if result is None else result.model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -80,5 +82,5 @@ def build_methods(core: MemoryCore) -> dict[str, Handler]:
             continue
         if spec.name not in bindings:
             raise RuntimeError(f"contract method {spec.name} has no core binding")
-        methods[spec.name] = _make_handler(spec, bindings[spec.name])
+        methods[spec.name] = _make_handler(spec, bindings[spec.name], core.redact)
     return methods
