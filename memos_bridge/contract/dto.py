@@ -49,6 +49,19 @@ class RuntimeNamespace(WireModel):
     session_key: str | None = None
 
 
+ALL_NAMESPACES: Literal["*"] = "*"
+ReadNamespace = RuntimeNamespace | Literal["*"] | None
+"""`namespace` of a read: a namespace, `"*"` for every namespace (the operator view: TCP with a token only),
+or none — then the read's `sessionId` (or its episode, or the id it names) decides, else the default
+namespace (profile `default`, no workspace)."""
+_READ_NAMESPACE = Field(
+    None,
+    description='The namespace to read; "*" = every namespace (operator view, only on a TCP connection '
+    "authenticated with the token). Without it: the namespace of sessionId / the episode / the row named, else "
+    "the default namespace (profile default, no workspace).",
+)
+
+
 class ToolCallDTO(WireModel):
     """One tool invocation the agent made during a turn; each becomes one captured step."""
 
@@ -242,10 +255,10 @@ class RetrievalResultDTO(WireModel):
 
 class MemorySearchParams(WireModel):
     agent: str = "unknown"
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
     session_id: str | None = None
     episode_id: str | None = None
-    query: str = Field(..., min_length=1)
+    query: str = Field(..., min_length=1, max_length=20_000)
     filters: dict[str, Any] | None = None
     top_k: TopKDTO | None = None
     deadline_at: int | None = None
@@ -289,12 +302,14 @@ class TraceDTO(WireModel):
 
 class GetByIdParams(WireModel):
     id: str = Field(..., min_length=1)
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
 
 
 class TimelineParams(WireModel):
     episode_id: str = Field(..., min_length=1)
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
     limit: int = Field(200, ge=1, le=1000)
     offset: int = Field(0, ge=0)
 
@@ -306,8 +321,8 @@ class TracesResult(WireModel):
 class ListTracesParams(WireModel):
     session_id: str | None = None
     episode_id: str | None = None
-    q: str | None = Field(None, description="Substring filter on user/agent text and summary.")
-    namespace: RuntimeNamespace | None = None
+    q: str | None = Field(None, max_length=1000, description="Substring filter on user/agent text and summary.")
+    namespace: ReadNamespace = _READ_NAMESPACE
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -315,7 +330,7 @@ class ListTracesParams(WireModel):
 class ListEpisodesParams(WireModel):
     session_id: str | None = None
     status: EpisodeStatus | None = None
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -482,7 +497,8 @@ class ListPoliciesParams(WireModel):
         description="success_pattern, repair_validated, failure_avoidance, repair_instruction, preference, or "
         "procedural (L2 policies induced from successful steps).",
     )
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -527,7 +543,8 @@ WorldModelStatus = Literal["active", "archived"]
 
 class ListWorldModelsParams(WireModel):
     status: WorldModelStatus | None = None
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -569,7 +586,8 @@ SkillStatus = Literal["candidate", "active", "archived"]
 
 class SkillListParams(WireModel):
     status: SkillStatus | None = None
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -594,7 +612,7 @@ class SkillGetParams(WireModel):
     tool_call_id: str | None = Field(
         None, min_length=1, description="The tool call that fetched it; stored on the trial (recordTrial only)."
     )
-    namespace: RuntimeNamespace | None = None
+    namespace: ReadNamespace = _READ_NAMESPACE
 
 
 class SkillIdParams(WireModel):

@@ -28,7 +28,7 @@ from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
-from memos_bridge.core.namespace import read_filter
+from memos_bridge.core.namespace import list_scope, row_scope
 from memos_bridge.core.sessions import SessionService
 from memos_bridge.core.strength import StrengthService
 from memos_bridge.core.turns import TurnService
@@ -241,16 +241,20 @@ class MemoryCore:
     # ------------------------------------------------------------ memory reads
 
     async def search(self, params: dto.MemorySearchParams) -> dto.RetrievalResultDTO:
-        result = await self.retriever.search(params, read_filter(params.namespace, params.agent))
+        owner = await self.db.read(
+            lambda db: list_scope(
+                db, params.namespace, agent=params.agent, session_id=params.session_id, episode_id=params.episode_id
+            )
+        )
+        result = await self.retriever.search(params, owner)
         access = self.strength.access_write(result.hits)
         if access is not None:
             await self.turns.write_behind.add("memory.search:access", access)
         return result
 
     async def get_trace(self, params: dto.GetByIdParams) -> dto.TraceDTO | None:
-        owner = read_filter(params.namespace)
-
         def work(db: Session) -> dto.TraceDTO | None:
+            owner = row_scope(db, params.namespace, session_id=params.session_id)
             row = repos.get_trace(db, params.id)
             if row is None or (owner is not None and not owner.can_see(row)):
                 return None
@@ -259,9 +263,8 @@ class MemoryCore:
         return await self.db.read(work)
 
     async def timeline(self, params: dto.TimelineParams) -> dto.TracesResult:
-        owner = read_filter(params.namespace)
-
         def work(db: Session) -> dto.TracesResult:
+            owner = row_scope(db, params.namespace, session_id=params.session_id)
             episode = repos.get_episode(db, params.episode_id)
             if episode is None or (owner is not None and not owner.can_see(episode)):
                 raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {params.episode_id}")
@@ -272,9 +275,8 @@ class MemoryCore:
         return await self.db.read(work)
 
     async def list_traces(self, params: dto.ListTracesParams) -> dto.TracesResult:
-        owner = read_filter(params.namespace)
-
         def work(db: Session) -> dto.TracesResult:
+            owner = list_scope(db, params.namespace, session_id=params.session_id, episode_id=params.episode_id)
             rows = repos.list_traces(
                 db,
                 owner,
@@ -290,9 +292,8 @@ class MemoryCore:
         return await self.db.read(work)
 
     async def list_episodes(self, params: dto.ListEpisodesParams) -> dto.ListEpisodesResult:
-        owner = read_filter(params.namespace)
-
         def work(db: Session) -> dto.ListEpisodesResult:
+            owner = list_scope(db, params.namespace, session_id=params.session_id)
             rows = repos.list_episodes(
                 db,
                 owner,
@@ -316,13 +317,21 @@ class MemoryCore:
         return await experiences.list_policies(self.db, params)
 
     async def get_world(self, params: dto.GetByIdParams) -> dto.WorldModelDTO | None:
-        owner = read_filter(params.namespace)
-        return await self.db.read(lambda db: world_store.get_world(db, params.id, owner))
+        return await self.db.read(
+            lambda db: world_store.get_world(
+                db, params.id, row_scope(db, params.namespace, session_id=params.session_id)
+            )
+        )
 
     async def list_world_models(self, params: dto.ListWorldModelsParams) -> dto.WorldModelsResult:
-        owner = read_filter(params.namespace)
         return await self.db.read(
-            lambda db: world_store.list_worlds(db, owner, params.status, params.limit, params.offset)
+            lambda db: world_store.list_worlds(
+                db,
+                list_scope(db, params.namespace, session_id=params.session_id),
+                params.status,
+                params.limit,
+                params.offset,
+            )
         )
 
     # ------------------------------------------------------------ strength, forgetting, pinning, links

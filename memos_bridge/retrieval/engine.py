@@ -467,7 +467,7 @@ class Retriever:
     async def search(self, params: dto.MemorySearchParams, owner: OwnerFilter | None) -> dto.RetrievalResultDTO:
         query = dto.RetrievalQueryDTO(
             agent=params.agent,
-            namespace=params.namespace,
+            namespace=params.namespace if isinstance(params.namespace, dto.RuntimeNamespace) else None,
             session_id=params.session_id,
             episode_id=params.episode_id,
             query=params.query,

@@ -12,6 +12,8 @@ from typing import Any
 from jsonrpcserver import Success
 from pydantic import BaseModel
 
+from memos_bridge.contract import dto
+from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.methods import METHODS, MethodSpec
 from memos_bridge.core.facade import MemoryCore
 
@@ -65,12 +67,31 @@ def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel]
         # Secrets are replaced here, before core sees the params: nothing downstream (storage, embeddings,
         # indexes, logs, LLM prompts, recall) can keep what it never received.
         validated = redact(params_model.model_validate(params))
+        if getattr(validated, "namespace", None) == dto.ALL_NAMESPACES:
+            _require_operator(ctx)
         result = await call(validated)
         return Success(None if result is None else result.model_dump(mode="json", by_alias=True, exclude_none=True))
 
     handler.__name__ = spec.name.replace(".", "_")
     handler.__doc__ = spec.summary
     return handler
+
+
+def _require_operator(ctx: Any) -> None:
+    """`namespace: "*"` reads every namespace: only a TCP client that proved it holds the token may ask.
+
+    On stdio the peer is whichever host spawned the service, and a TCP daemon without a token accepts anyone
+    on the machine; neither proves the caller is the data home's operator."""
+    transport = getattr(ctx, "transport", None)
+    peer = getattr(ctx, "peer", None)
+    if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
+        return
+    raise MemosError(
+        ErrorCode.UNAUTHORIZED,
+        'namespace "*" (every namespace) is allowed only on a TCP connection authenticated with the token; '
+        "name a namespace or a sessionId instead",
+        {"namespace": "*", "transport": transport},
+    )
 
 
 def build_methods(core: MemoryCore) -> dict[str, Handler]:

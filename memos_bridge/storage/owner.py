@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, or_
+from sqlalchemy import ColumnElement, and_, or_, true
 
 from memos_bridge.storage.models import OwnershipMixin, ShareMixin
 
@@ -43,18 +43,34 @@ class OwnerKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class OwnerFilter:
-    """The namespace a request acts in; produces the visibility predicate for any owned table."""
+    """The namespace a request acts in; produces the visibility predicate for any owned table.
 
-    agent_kind: str = "unknown"
+    `agent_kind=None` matches every agent kind of that profile and workspace: the default namespace as a read
+    that names no agent sees it (writes always name one).
+    """
+
+    agent_kind: str | None = "unknown"
     profile_id: str = "default"
     workspace_id: str | None = None
 
     @property
     def key(self) -> OwnerKey:
+        if self.agent_kind is None:
+            raise ValueError("an owner without an agent kind is a read filter, not a row's owner")
         return OwnerKey(self.agent_kind, self.profile_id, self.workspace_id)
+
+    def matches(self, namespace: tuple[str, str, str | None]) -> bool:
+        """Whether a row owned by `namespace` (agent kind, profile, workspace) is in this namespace."""
+        agent, profile, workspace = namespace
+        return (self.agent_kind is None or agent == self.agent_kind) and (profile, workspace) == (
+            self.profile_id,
+            self.workspace_id,
+        )
 
     def as_columns(self) -> dict[str, Any]:
         """Owner column values for a new row: `TraceRow(**owner.as_columns(), ...)`."""
+        if self.agent_kind is None:
+            raise ValueError("a new row needs an owner with an agent kind")
         return {
             "owner_agent_kind": self.agent_kind,
             "owner_profile_id": self.profile_id,
@@ -63,11 +79,7 @@ class OwnerFilter:
 
     def owns(self, row: OwnershipMixin) -> bool:
         """Whether `row` is in this namespace (sharing not considered): the test for edits and deletes."""
-        return (row.owner_agent_kind, row.owner_profile_id, row.owner_workspace_id) == (
-            self.agent_kind,
-            self.profile_id,
-            self.workspace_id,
-        )
+        return self.matches((row.owner_agent_kind, row.owner_profile_id, row.owner_workspace_id))
 
     def can_see(self, row: OwnershipMixin) -> bool:
         """Python twin of `clause`, for rows already loaded."""
@@ -81,15 +93,11 @@ class OwnerFilter:
         For hand-written hot-path statements (`storage/hotpath.py`), where building a Core expression per
         call costs more than running the query. `IS` is SQLite's null-safe equality.
         """
-        own = (
-            f"({alias}.owner_agent_kind = :owner_agent AND {alias}.owner_profile_id = :owner_profile"
-            f" AND {alias}.owner_workspace_id IS :owner_workspace)"
-        )
-        params: dict[str, Any] = {
-            "owner_agent": self.agent_kind,
-            "owner_profile": self.profile_id,
-            "owner_workspace": self.workspace_id,
-        }
+        agent = "" if self.agent_kind is None else f"{alias}.owner_agent_kind = :owner_agent AND "
+        own = f"({agent}{alias}.owner_profile_id = :owner_profile AND {alias}.owner_workspace_id IS :owner_workspace)"
+        params: dict[str, Any] = {"owner_profile": self.profile_id, "owner_workspace": self.workspace_id}
+        if self.agent_kind is not None:
+            params["owner_agent"] = self.agent_kind
         if shareable:
             scopes = ", ".join(f"'{scope}'" for scope in SHARED_SCOPES)
             return f"({own} OR {alias}.share_scope IN ({scopes}))", params
@@ -101,7 +109,7 @@ class OwnerFilter:
         The workspace comparison is IS NOT DISTINCT FROM so that a NULL workspace matches only NULL.
         """
         own = and_(
-            model.owner_agent_kind == self.agent_kind,
+            true() if self.agent_kind is None else model.owner_agent_kind == self.agent_kind,
             model.owner_profile_id == self.profile_id,
             model.owner_workspace_id.is_not_distinct_from(self.workspace_id),
         )

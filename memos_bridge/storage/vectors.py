@@ -440,10 +440,10 @@ class VectorIndex:
                     positions, scores = probed
             mask: NDArray[np.bool_] | None = None
             if owner_filter is not None:
-                gid = self._group_ids.get(owner_filter.key.namespace, -1)
+                gids = [gid for namespace, gid in self._group_ids.items() if owner_filter.matches(namespace)]
                 groups = self._groups[:n] if positions is None else self._groups[positions]
                 shared = self._shared[:n] if positions is None else self._shared[positions]
-                mask = (groups == gid) | shared
+                mask = (groups == gids[0] if len(gids) == 1 else np.isin(groups, gids)) | shared
             if min_score is not None:
                 above = scores >= np.float32(min_score)
                 mask = above if mask is None else mask & above

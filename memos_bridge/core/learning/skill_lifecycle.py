@@ -39,7 +39,7 @@ from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.learning.context import LearningContext
-from memos_bridge.core.namespace import read_filter
+from memos_bridge.core.namespace import list_scope, row_scope
 from memos_bridge.ids import new_id
 from memos_bridge.storage.models import EpisodeRow, SessionRow, SkillRow, SkillTrialRow, TurnRow
 
@@ -311,9 +311,9 @@ def _skill(db: Session, skill_id: str) -> SkillRow:
 
 async def list_skills(ctx: LearningContext, params: dto.SkillListParams) -> dto.SkillListResult:
     """Skills visible to the namespace, most recently updated first, optionally of one status."""
-    owner = read_filter(params.namespace)
 
     def work(db: Session) -> list[dto.SkillDTO]:
+        owner = list_scope(db, params.namespace, session_id=params.session_id)
         stmt = select(SkillRow)
         if owner is not None:
             stmt = stmt.where(owner.clause(SkillRow))
@@ -357,16 +357,17 @@ async def get_skill(ctx: LearningContext, params: dto.SkillGetParams) -> dto.Ski
     `traceId` / `turnId` / `toolCallId` (sent by adapters written for the reference) are stored on that trial.
     Without `recordTrial` they are accepted and ignored: a read never records a trial here, while the
     reference recorded one whenever any option was present."""
-    owner = read_filter(params.namespace)
     now = ctx.clock()
 
     def read(db: Session) -> dto.SkillDTO | None:
+        owner = row_scope(db, params.namespace, session_id=params.session_id, episode_id=params.episode_id)
         row = db.scalar(select(SkillRow).where(SkillRow.id == params.id))
         if row is None or (owner is not None and not owner.can_see(row)):
             return None
         return skill_dto(row)
 
     def record(db: Session) -> dto.SkillDTO | None:
+        owner = row_scope(db, params.namespace, session_id=params.session_id, episode_id=params.episode_id)
         row = db.scalar(select(SkillRow).where(SkillRow.id == params.id))
         if row is None or (owner is not None and not owner.can_see(row)):
             return None

@@ -44,7 +44,7 @@ from memos_bridge.core.learning.experiences.rules import (
 from memos_bridge.core.learning.experiences.verifier import FILE_NAME, parse_verifier
 from memos_bridge.core.learning.l2_signature import call_failed
 from memos_bridge.core.mappers import policy_dto
-from memos_bridge.core.namespace import read_filter
+from memos_bridge.core.namespace import list_scope, row_scope
 from memos_bridge.ids import new_id
 from memos_bridge.rules.subjects import Subject
 from memos_bridge.rules.text import clip, numbered, numbered_steps, to_text
@@ -442,9 +442,9 @@ def _validate(
 
 async def get_policy(db: Database, params: dto.GetByIdParams) -> dto.PolicyDTO | None:
     """`memory.get_policy`: the row, or None when missing or not visible to the caller's namespace."""
-    owner = read_filter(params.namespace)
 
     def work(session: Session) -> dto.PolicyDTO | None:
+        owner = row_scope(session, params.namespace, session_id=params.session_id)
         row = session.scalar(select(PolicyRow).where(PolicyRow.id == params.id))
         if row is None or (owner is not None and not owner.can_see(row)):
             return None
@@ -455,9 +455,9 @@ async def get_policy(db: Database, params: dto.GetByIdParams) -> dto.PolicyDTO |
 
 async def list_policies(db: Database, params: dto.ListPoliciesParams) -> dto.PoliciesResult:
     """`memory.list_policies`: most recently updated first, by status and experience type when given."""
-    owner = read_filter(params.namespace)
 
     def work(session: Session) -> dto.PoliciesResult:
+        owner = list_scope(session, params.namespace, session_id=params.session_id)
         stmt = select(PolicyRow)
         if owner is not None:
             stmt = stmt.where(owner.clause(PolicyRow))
