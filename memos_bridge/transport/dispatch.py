@@ -46,6 +46,7 @@ from memos_bridge.contract.errors import (
 )
 from memos_bridge.transport.context import CallContext, current_peer
 from memos_bridge.transport.framing import Oversized
+from memos_bridge.transport.limits import BadValue, check_value, valid_id
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +165,22 @@ def prepare_methods(methods: Mapping[str, Method] | MethodTable) -> MethodTable:
 
 
 async def dispatch(message: Any, ctx: CallContext, table: dict[str, Callable[..., Any]]) -> Any:
-    """Run one parsed request or batch; returns the wire reply (dict or list), or None for none."""
+    """Run one parsed request or batch; returns the wire reply (dict or list), or None for none.
 
+    Every request is checked before it runs (`limits.py`: ids, integers, floats, surrogates, depth), and a
+    batch is answered member by member: an invalid member gets its own error object and the valid ones
+    still run, as JSON-RPC 2.0 asks (one response per request that has an id).
+    """
+    if type(message) is list and message:
+        return await _dispatch_batch(message, ctx, table)
+    if type(message) is dict:
+        refused = _refusal(message)
+        if refused is not None:
+            return None if refused is _NO_REPLY else refused
+    return await _run(message, ctx, table)
+
+
+async def _run(message: Any, ctx: CallContext, table: dict[str, Callable[..., Any]]) -> Any:
     def passthrough(_text: str) -> Any:
         return message
 
@@ -177,6 +192,66 @@ async def dispatch(message: Any, ctx: CallContext, table: dict[str, Callable[...
         validator=validate_envelope,
         post_process=to_wire,
     )
+
+
+async def _dispatch_batch(batch: list[Any], ctx: CallContext, table: dict[str, Callable[..., Any]]) -> Any:
+    replies: list[dict[str, Any]] = []
+    runnable: list[Any] = []
+    for member in batch:
+        refused = _refusal(member, in_batch=True)
+        if refused is None:
+            runnable.append(member)
+        elif refused is not _NO_REPLY:
+            replies.append(refused)
+    if runnable:
+        answered = await _run(runnable, ctx, table)
+        if isinstance(answered, list):
+            replies.extend(answered)
+        elif answered is not None:
+            replies.append(answered)
+    return replies or None
+
+
+_NO_REPLY: Any = object()
+
+
+def _refusal(item: Any, *, in_batch: bool = False) -> Any:
+    """The error reply for a request that must not run, `_NO_REPLY` for a refused notification, else None.
+
+    Outside a batch, a malformed envelope is left to jsonrpcserver's validator (its -32600 is the answer);
+    inside one it is answered here, so that the batch's valid members still run.
+    """
+    if type(item) is not dict:
+        return _invalid_request(None) if in_batch else None
+    has_id = "id" in item
+    if has_id and not valid_id(item["id"]):
+        return _invalid_request(None, "the id must be a string, a safe integer, a finite number or null")
+    reply_id = item.get("id")
+    if in_batch and not _plainly_valid(item):
+        try:
+            default_validator(item)
+        except Exception:
+            return _invalid_request(reply_id)
+    try:
+        check_value(item.get("method"), "method")
+        if "params" in item:
+            check_value(item["params"])
+    except BadValue as bad:
+        if not has_id:
+            return _NO_REPLY
+        err = MemosError(ErrorCode.INVALID_ARGUMENT, f"invalid params: {_clip(str(bad))}", {"path": bad.path})
+        return error_response(INVALID_PARAMS, err.message, err.to_data(), reply_id)
+    return None
+
+
+def _invalid_request(reply_id: Any, reason: str | None = None) -> dict[str, Any]:
+    message = "invalid request: expected a JSON-RPC 2.0 request object"
+    data = memos_data(ErrorCode.PROTOCOL_ERROR, f"{message}: {reason}" if reason else message)
+    return error_response(INVALID_REQUEST, "Invalid Request", data, reply_id)
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 _ENVELOPE_KEYS = frozenset(("jsonrpc", "method", "id", "params"))

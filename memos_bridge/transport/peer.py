@@ -52,6 +52,7 @@ from memos_bridge.transport.dispatch import (
     too_large_response,
 )
 from memos_bridge.transport.framing import ByteSource, LineReader, Oversized
+from memos_bridge.transport.limits import parse_int
 from memos_bridge.transport.outbox import ByteSink, Outbox
 
 logger = logging.getLogger(__name__)
@@ -332,11 +333,15 @@ class Peer:
 
     async def _parse(self, line: bytes) -> Any:
         try:
-            return json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+            text = line.decode("utf-8")
+            # A byte-order mark is not JSON, but editors and some Windows tools write one; it carries nothing.
+            return json.loads(text.removeprefix("\ufeff"), parse_constant=_reject_constant, parse_int=parse_int)
         except UnicodeDecodeError as exc:
             detail = f"invalid UTF-8 at byte {exc.start}"
+        except json.JSONDecodeError as exc:
+            detail = f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         except ValueError as exc:
-            detail = str(exc)
+            detail = f"invalid JSON: {exc}"  # our own hooks' messages (a non-JSON constant, a huge integer)
         except RecursionError:
             detail = "nesting too deep"
         await self._outbox.put(encode_message(parse_error_response(detail)))
