@@ -55,12 +55,15 @@ def identifiers_in(text: str) -> list[str]:
     return found[:8]
 
 
-def pattern_terms(text: str, terms: list[str]) -> list[str]:
-    """What the trigram index cannot find: 2-character words and CJK bigrams (of runs of 2+ characters)."""
+def pattern_terms(text: str) -> list[str]:
+    """What neither the word nor the trigram index can find: CJK bigrams (of runs of 2+ characters).
+
+    Chinese and Japanese write words without spaces, so a 2-character word is a substring of the text and is
+    found with a substring scan. A Latin 2-letter word ("DB", "CI") is a token of its own, which the word
+    index already matches whole; a substring scan would also find it inside longer words ("DB" in
+    "feedback") and rank unrelated rows above the exact one.
+    """
     out: list[str] = []
-    for term in terms:
-        if len(term) == 2 and term.isalnum() and term.casefold() not in STOPWORDS and not has_cjk(term):
-            out.append(term)
     for run in CJK_RUN.findall(text):
         if len(run) >= 2:
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
@@ -76,6 +79,6 @@ def keyword_query(text: str) -> KeywordQuery:
     return KeywordQuery(
         word=" ".join(content),
         trigram=" ".join(trigram),
-        pattern=tuple(pattern_terms(text, content)),
+        pattern=tuple(pattern_terms(text)),
         identifiers=tuple(identifiers_in(text)),
     )

@@ -501,3 +501,19 @@ async def test_a_steps_live_priority_counts_its_age_once(core_factory: Any) -> N
     core.retriever._attach("trace", new_cand, fresh, now)
     # a 30-day half-life: the month-old step keeps half of its value, not a quarter
     assert old_cand.strength == pytest.approx(new_cand.strength - 0.4)
+
+
+async def test_a_two_letter_word_finds_its_row_not_longer_words_that_contain_it(core_factory: Any) -> None:
+    """ "DB" matches the policy about the DB, not the one that only says "feedback"; only CJK is matched as a
+    substring."""
+    core = await core_factory()
+    about_db = await add_policy(core, "Back up the DB before a schema migration", trigger="DB schema migration")
+    about_feedback = await add_policy(
+        core, "Collect feedback from every reviewer", trigger="feedback rounds on design documents"
+    )
+    result = await core.search(dto.MemorySearchParams(agent="t", query="DB"))
+    found = {hit.ref_id: hit for hit in result.hits}
+    assert about_db in found
+    assert about_feedback not in found or "pattern" not in (found[about_feedback].channels or [])
+    if about_feedback in found:
+        assert found[about_db].score > found[about_feedback].score

@@ -132,3 +132,11 @@ def test_an_experience_does_not_quote_the_request_it_was_learnt_on() -> None:
     assert "Penrose" not in body  # another task's request can name that task's answer
     assert "Tasks involving fernhill_invoices.csv (domain: csv)" in body and "(episode ep_1)" in body
     assert "subtract them" in body
+
+
+def test_latin_two_letter_words_are_matched_whole_not_inside_longer_words() -> None:
+    """ "DB" goes to the word index (a whole token); only CJK runs are scanned for substrings."""
+    q = keyword_query("DB migration failed after the CI run")
+    assert q.pattern == ()
+    assert "DB" in q.word.split() and "CI" in q.word.split()
+    assert set(keyword_query("数据库迁移 DB").pattern) == {"数据", "据库", "库迁", "迁移"}
