@@ -91,7 +91,8 @@ def policy_dto(row: PolicyRow) -> PolicyDTO:
         boundary=row.boundary,
         support=row.support,
         gain=row.gain,
-        status=row.status if row.status in ("candidate", "active") else "archived",
+        # Archived by the forgetting job (archived_at) or by its lifecycle (status): one status on the wire.
+        status=row.status if row.status in ("candidate", "active") and row.archived_at is None else "archived",
         experience_type=row.experience_type,
         evidence_polarity=polarity,
         salience=row.salience,

@@ -405,6 +405,12 @@ async def test_decay_of_learned_memories_and_the_lifecycle_restore(core_factory:
     assert (await core.decay(dto.MemoryDecayParams(now=t0 + 95 * DAY))).archived == 1
     assert (await _row(core, PolicyRow, policy)).archived_at is not None
     assert policy not in await _search(core, "answers.json schema for 13F holdings")
+    # One status on the wire: archived by the forgetting job reads "archived", in get and in list filters.
+    got = await core.get_policy(dto.GetByIdParams(id=policy))
+    assert got is not None and got.status == "archived" and got.archived_at == t0 + 95 * DAY
+    active = await core.list_policies(dto.ListPoliciesParams.model_validate({"status": "active"}))
+    archived = await core.list_policies(dto.ListPoliciesParams.model_validate({"status": "archived"}))
+    assert policy not in [p.id for p in active.policies] and policy in [p.id for p in archived.policies]
     # a policy archived by its L2 lifecycle comes back as a candidate
     await core.db.write(lambda db: db.execute(PolicyRow.__table__.update().values(status="archived")))
     clock.at = t0 + 95 * DAY
@@ -424,6 +430,10 @@ async def test_skills_decay_by_last_use_and_keep_their_own_lifecycle_restore(cor
     await core.db.write(lambda db: db.add_all([used, unused, retired]))
     assert (await core.decay(dto.MemoryDecayParams(now=t0 + 95 * DAY))).archived == 1  # `retired` is not counted
     assert (await _row(core, SkillRow, unused.id)).archived_at == t0 + 95 * DAY
+    listed = await core.list_skills(dto.SkillListParams.model_validate({"status": "active"}))
+    assert unused.id not in [skill.id for skill in listed.skills] and used.id in [skill.id for skill in listed.skills]
+    got_skill = await core.get_skill(dto.SkillGetParams(id=unused.id))
+    assert got_skill is not None and got_skill.status == "archived"
     assert (await _row(core, SkillRow, used.id)).archived_at is None  # used 15 days ago: only decayed
     assert (await _row(core, SkillRow, used.id)).strength == pytest.approx(0.425)
     clock.at = t0 + 95 * DAY

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from memos_bridge.config import SkillSettings
@@ -272,13 +272,20 @@ def _status(value: str) -> dto.SkillStatus:
     return "candidate"
 
 
+def _status_is(model: Any, status: str) -> ColumnElement[bool]:
+    """Rows whose wire status is `status`: archived by the forgetting job (archived_at) counts as archived."""
+    if status == STATUS_ARCHIVED:
+        return or_(model.status == STATUS_ARCHIVED, model.archived_at.is_not(None))
+    return and_(model.status == status, model.archived_at.is_(None))
+
+
 def skill_dto(row: SkillRow) -> dto.SkillDTO:
     procedure = dict(row.procedure_json or {})
     guidance = procedure.get("decisionGuidance") or {}
     return dto.SkillDTO(
         id=row.id,
         name=row.name,
-        status=_status(row.status),
+        status="archived" if row.archived_at is not None else _status(row.status),
         invocation_guide=row.invocation_guide,
         decision_guidance=dto.GuidanceDTO(
             preference=list(guidance.get("preference", [])), anti_pattern=list(guidance.get("antiPattern", []))
@@ -318,7 +325,7 @@ async def list_skills(ctx: LearningContext, params: dto.SkillListParams) -> dto.
         if owner is not None:
             stmt = stmt.where(owner.clause(SkillRow))
         if params.status is not None:
-            stmt = stmt.where(SkillRow.status == params.status)
+            stmt = stmt.where(_status_is(SkillRow, params.status))
         stmt = stmt.order_by(SkillRow.updated_at.desc(), SkillRow.rid.desc()).limit(params.limit).offset(params.offset)
         return [skill_dto(row) for row in db.scalars(stmt)]
 

@@ -461,8 +461,10 @@ async def list_policies(db: Database, params: dto.ListPoliciesParams) -> dto.Pol
         stmt = select(PolicyRow)
         if owner is not None:
             stmt = stmt.where(owner.clause(PolicyRow))
-        if params.status is not None:
-            stmt = stmt.where(PolicyRow.status == params.status)
+        if params.status == "archived":
+            stmt = stmt.where(or_(PolicyRow.status == "archived", PolicyRow.archived_at.is_not(None)))
+        elif params.status is not None:  # archived by the forgetting job counts as archived (policy_dto)
+            stmt = stmt.where(PolicyRow.status == params.status, PolicyRow.archived_at.is_(None))
         if params.experience_type is not None:
             stmt = stmt.where(PolicyRow.experience_type == params.experience_type)
         stmt = stmt.order_by(PolicyRow.updated_at.desc(), PolicyRow.rid.desc()).limit(params.limit)
