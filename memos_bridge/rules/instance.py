@@ -83,7 +83,7 @@ _ANSWER_CUE: Final = re.compile(
     r"(?:counted|summed|found|picked|chose|listed|used|wrote|reported|returned|got|gave|added\s+up)(?:\s+\w+)?|"
     r"it'?s|it\s+is|that'?s|that\s+is|this\s+is|needs|wants|requires|expects)\b"
     r"|[=≠→]|->|!=|期望|预期|实际|得到|算出|算成|算的是|算出来|答案|结果|应为|应是|应该是|应该为|应当是|正确的是|正确值|"
-    r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|一共|总共|总额|平均值?|均值)"
+    r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|共有|一共|总共|总额|平均值?|均值)"
     r"(?:\s*(?:is|was|be|of|at|as|to|about|around|only|just|a|an|the|just|是|为|了|的)\b)*\s*[$€£¥]?\s*$",
     re.IGNORECASE,
 )
@@ -110,7 +110,7 @@ _RESULT_CLAUSE: Final = re.compile(
     r"^\W*(?:而是|应是|就是|是)\s*[A-Za-z][\w.-]*\W*$|之后是|算下来是|结果是|一共是|合计是|总共是|"
     r"^\W*(?:it|this|that|the\s+(?:answer|result|value|path|command|output|figure|total))\s+"
     r"(?:should|must|would|needs?\s+to)\s+(?:have\s+)?(?:be(?:en)?|read|say)\s+[`'\"“]?[\w./-]*[\d/_.][\w./-]*|"
-    r"(?:正确答案|答案|结果|正确的[\u4e00-\u9fff]{0,8}?)(?:应该)?(?:是|为)|最[\u4e00-\u9fff]{1,3}的[\u4e00-\u9fff]{0,4}(?:是|为)|"
+    r"(?:正确答案|答案|结果|正确的[\u4e00-\u9fff]{0,8}?)(?:应该)?(?:是|为)|最[\u4e00-\u9fff]{1,3}的[\u4e00-\u9fff]{0,4}(?:是|为)|最[\u4e00-\u9fff]{1,6}?(?:是|为)\s*[`'\"“]?(?:[A-Za-z][\w.-]*\d|\d)|"
     r"(?:排名?|名列)第[一二三1-3]名?的?[\u4e00-\u9fff]{0,4}(?:是|为)|第[一二三1-3]名(?:是|为)|"
     r"\b(?:comes?|came)\s+out\s+on\s+top\b|\btop\s+(?:is|was)\b|\bis\s+on\s+top\b|"
     r"\b" + _SUPERLATIVE + r"\s+(?:\w+\s+)?(?:is\s+|was\s+)?[`'\"“]?[A-Za-z][\w.-]*\d[\w.-]*|"
@@ -441,6 +441,8 @@ def _strip_phrase(clause: str, number: Number, offset: int) -> str:
     kept = clause[:cut_from]
     if _ZH_RESULT_END.search(head):
         return ""  # "木材类平均是 44.84 镑": a Chinese clause that only said what the value is
+    if cue is not None and len(kept.strip()) <= 6 and _CJK_ONLY.fullmatch(kept.strip(" ，,、")):
+        return ""  # "三月共有 8 次" → "三月": only the subject of the count is left, which says nothing
     while True:
         shorter = _DANGLING.sub("", kept)
         if shorter == kept:

@@ -678,17 +678,20 @@ def convention_overlap(a: Subject, b: Subject, token_similarity: float, same_con
     agreeing sign (a unit, a number, similar words), or a shared non-trivial number with a shared unit; two
     lessons naming different things are different conventions even when their wording is alike. Cross-language
     pairs share names and numbers, which are written alike in every language. `same_context` says whether the
-    two were learnt on the same inputs (a file in common): a unit alone ties two lessons only then ("cents" is
-    a unit of every company's exports)."""
+    two were learnt on the same inputs (a file in common): a unit alone, or a number and a unit without a
+    shared name, ties two lessons only then ("cents" and "÷ 1000" are in every company's exports)."""
     shared_names = a.names & b.names
     shared_numbers = strong_numbers(a) & strong_numbers(b)
     shared_units = a.unit_keys & b.unit_keys
     if shared_names:
         return bool(shared_units or shared_numbers or token_similarity >= 0.2 or not (a.units or b.units))
     if a.names and b.names:
-        return bool(shared_numbers and shared_units)
+        # Different names, the same factor and unit: one convention of one export ("gross and net weight are
+        # both in pounds, ×0.4536") — but on other inputs it is another company's look-alike rule ("usage is
+        # in litres, ÷1000" vs "water is in millilitres, ÷1000"), which must stay a lesson of its own.
+        return bool(shared_numbers and shared_units and same_context)
     if shared_numbers and (shared_units or a.dimensions & b.dimensions):
-        return True
+        return same_context
     if same_context and token_similarity >= 0.5 and not (a.names and b.names):
         return True  # the same words on the same inputs ("SKUs are case-insensitive"), one side naming an example
     # one side names nothing: the same unit ties them ("in pounds, not kilograms" / "convert first: times 0.4536,

@@ -210,6 +210,17 @@ def test_the_same_convention_in_another_language_overlaps_a_different_one_does_n
     assert not convention_overlap(english, other, 0.0)
 
 
+def test_a_look_alike_rule_of_other_inputs_is_not_the_same_convention() -> None:
+    """Same factor and unit, different names: one convention only when learnt on the same inputs."""
+    litres = subject_of("The usage column is in litres: divide it by 1000 to get cubic metres.", numbers("1000"))
+    millilitres = subject_of("water 这一列的单位是毫升，不是升，要先除以 1000 再求和。", numbers("1000"))
+    assert not convention_overlap(litres, millilitres, 0.1, same_context=False)
+    gross = subject_of("gross_weight is in pounds: multiply by 0.4536.", numbers("0.4536"))
+    net = subject_of("net_weight is in pounds too: multiply by 0.4536.", numbers("0.4536"))
+    assert convention_overlap(gross, net, 0.3, same_context=True)
+    assert not convention_overlap(gross, net, 0.3, same_context=False)
+
+
 # ---------------------------------------------------------------- subject terms and recall by subject
 
 
