@@ -28,6 +28,11 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tcp", type=_parse_hostport, metavar="HOST:PORT", help="daemon mode on a TCP address")
     serve.add_argument("--home", help="data home (default: $MEMOS_BRIDGE_HOME or ~/.memos-bridge)")
     serve.add_argument("--lightweight", action="store_true", help="capture + retrieval only")
+    serve.add_argument(
+        "--no-attach",
+        action="store_true",
+        help="exit 2 when another process already serves the data home, instead of attaching to it",
+    )
 
     doctor = sub.add_parser("doctor", help="print data home, database, schema version, embedder status, counts")
     doctor.add_argument("--home")
@@ -83,12 +88,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(settings)
     from memos_bridge import server
+    from memos_bridge.config import ensure_home
+    from memos_bridge.transport import owner
 
+    ensure_home(settings)
+    lock = owner.try_lock(settings.home)
+    if lock is None:
+        return _attach(settings.home, attach=tcp is None and not args.no_attach)
     try:
         if tcp is None:
-            anyio.run(server.run_stdio, settings)
+            anyio.run(server.run_stdio, settings, lock.socket_path)
         else:
-            anyio.run(server.run_tcp, settings, tcp[0], tcp[1])
+            anyio.run(server.run_tcp, settings, tcp[0], tcp[1], None, lock.socket_path)
     except MemosError as exc:
         print(f"memos-bridge: {exc.message}", file=sys.stderr)
         return 2
@@ -101,7 +112,30 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        lock.release()
     return 0
+
+
+def _attach(home: Path, *, attach: bool) -> int:
+    """Another process owns `home`: relay this host's stdio to it, or say who it is (exit 2)."""
+    from memos_bridge.transport import owner
+    from memos_bridge.transport.stdio import claim_stdio
+
+    info = owner.read_owner(home)
+    who = f"pid {info.pid}" if info.pid is not None else "another process"
+    if not attach or info.socket_path is None:
+        print(f"memos-bridge: data home {home} is served by {who}", file=sys.stderr)
+        return 2
+    channel = claim_stdio()
+    try:
+        code = owner.relay(info.socket_path, channel.read_fd, channel.write_fd)
+    except OSError as exc:
+        print(f"memos-bridge: cannot attach to {who} serving {home}: {exc}", file=sys.stderr)
+        return 1
+    if code:
+        print(f"memos-bridge: {who}, the owner of data home {home}, went away", file=sys.stderr)
+    return code
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:

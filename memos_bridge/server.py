@@ -118,16 +118,40 @@ async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Aw
         log.info("memos-bridge stopped")
 
 
-async def run_stdio(settings: Settings) -> None:
+async def _serve_owner_socket(
+    socket_path: str | None, methods: dict[str, Any], settings: Settings, hub: PeerHub, group: anyio.abc.TaskGroup
+) -> None:
+    """Accept processes that attach to this owner of the home (`transport/owner.py`), when it is one."""
+    if socket_path is None:
+        return
+    from memos_bridge.transport.tcp import serve_unix
+
+    await group.start(
+        lambda task_status: serve_unix(
+            socket_path, methods, settings.transport, on_peer=hub.add, task_status=task_status
+        )
+    )
+
+
+async def run_stdio(settings: Settings, owner_socket: str | None = None) -> None:
     from memos_bridge.transport.stdio import serve_stdio
 
     async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
-        await serve_stdio(methods, settings.transport, on_peer=hub.add)
+        async with anyio.create_task_group() as group:
+            await _serve_owner_socket(owner_socket, methods, settings, hub, group)
+            await serve_stdio(methods, settings.transport, on_peer=hub.add)
+            group.cancel_scope.cancel()
 
     await _run(settings, serve)
 
 
-async def run_tcp(settings: Settings, host: str, port: int, task_status: TaskStatus[int] | None = None) -> None:
+async def run_tcp(
+    settings: Settings,
+    host: str,
+    port: int,
+    task_status: TaskStatus[int] | None = None,
+    owner_socket: str | None = None,
+) -> None:
     from memos_bridge.transport.tcp import check_bind_allowed, serve_tcp
 
     check_bind_allowed(host, settings.transport.token)  # refuse before opening anything
@@ -135,6 +159,7 @@ async def run_tcp(settings: Settings, host: str, port: int, task_status: TaskSta
     async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(_stop_on_signal, group.cancel_scope)
+            await _serve_owner_socket(owner_socket, methods, settings, hub, group)
             bound_port = await group.start(
                 lambda task_status: serve_tcp(
                     host, port, methods, settings.transport, on_peer=hub.add, task_status=task_status

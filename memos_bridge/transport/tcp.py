@@ -1,4 +1,5 @@
-"""TCP transport: a daemon that several hosts connect to, one `Peer` per connection.
+"""TCP transport: a daemon that several hosts connect to, one `Peer` per connection; and the data home's
+local socket, which later processes on the same home attach to (`transport/owner.py`).
 
 Memories are private, so the daemon refuses to listen beyond loopback without a shared token, and with a
 token configured every connection must call `auth` before anything else (see `Peer.authenticate`).
@@ -107,4 +108,41 @@ async def serve_tcp(
         bound_port = listener.listeners[0].extra(SocketAttribute.local_port)
         logger.info("listening on %s:%d", host, bound_port)
         task_status.started(bound_port)
+        await listener.serve(handle)
+
+
+async def serve_unix(
+    path: str,
+    methods: Mapping[str, Method] | MethodTable,
+    settings: TransportSettings,
+    *,
+    on_peer: Callable[[Peer], object] | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the data home's local socket (mode 600): processes of the same user that attach to this owner.
+
+    No token: the socket's permissions already limit it to the user who owns the home, as stdio is.
+    """
+    table = prepare_methods(methods)
+    counter = itertools.count(1)
+    listener = await anyio.create_unix_listener(path, mode=0o600)
+
+    async def handle(stream: SocketStream) -> None:
+        connection_id = f"local-{next(counter)}"
+        logger.info("connection %s attached", connection_id)
+        try:
+            async with stream:
+                peer = Peer(
+                    _stream_source(stream), stream.send, table, settings, connection_id=connection_id, transport="local"
+                )
+                if on_peer is not None:
+                    on_peer(peer)
+                await peer.serve()
+        except Exception:
+            logger.exception("connection %s failed", connection_id)
+        finally:
+            logger.info("connection %s detached", connection_id)
+
+    async with listener:
+        task_status.started()
         await listener.serve(handle)
