@@ -77,22 +77,44 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         claim_stdio()  # before any import that may print
     import anyio
 
-    from memos_bridge.config import load_settings
+    from memos_bridge.config import ensure_home, env_typos, load_settings
     from memos_bridge.contract.errors import MemosError
     from memos_bridge.logging_setup import configure_logging
 
+    for hint in env_typos(os.environ):
+        print(f"memos-bridge: warning: {hint}", file=sys.stderr)
     try:
         settings = load_settings(args.home, overrides=_overrides(args))
     except MemosError as exc:
         print(f"memos-bridge: {exc.message}", file=sys.stderr)
         return 2
+    from memos_bridge.transport import owner
+    from memos_bridge.transport.tcp import PortInUse, check_bind_allowed, check_port_free
+
+    if tcp is not None:  # checked before the home or its database is created
+        try:
+            check_bind_allowed(tcp[0], settings.transport.token)
+            check_port_free(tcp[0], tcp[1])
+        except MemosError as exc:
+            print(f"memos-bridge: {exc.message}", file=sys.stderr)
+            return 2
+        except PortInUse as exc:
+            print(f"memos-bridge: {exc.strerror}", file=sys.stderr)
+            return 1
+    try:
+        ensure_home(settings)
+        lock = owner.try_lock(settings.home)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        print(
+            f"memos-bridge: cannot use data home {settings.home}: {reason}; choose a writable folder "
+            "(--home or MEMOS_BRIDGE_HOME)",
+            file=sys.stderr,
+        )
+        return 2
     configure_logging(settings)
     from memos_bridge import server
-    from memos_bridge.config import ensure_home
-    from memos_bridge.transport import owner
 
-    ensure_home(settings)
-    lock = owner.try_lock(settings.home)
     if lock is None:
         return _attach(settings.home, attach=tcp is None and not args.no_attach)
     try:
@@ -103,6 +125,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except MemosError as exc:
         print(f"memos-bridge: {exc.message}", file=sys.stderr)
         return 2
+    except PortInUse as exc:
+        print(f"memos-bridge: {exc.strerror}", file=sys.stderr)
+        return 1
     except BaseExceptionGroup as group:
         matched, _rest = group.split(MemosError)
         if matched is None:

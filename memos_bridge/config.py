@@ -44,6 +44,15 @@ class StorageSettings(_Section):
     busy_timeout_ms: int = Field(5000, ge=0)
     read_threads: int = Field(4, ge=1, description="Concurrent read transactions.")
 
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, value: str | None) -> str | None:
+        """Refuse, before anything is created, a URL that cannot work: unparsable, a driver that is not
+        installed, or a SQLite file whose folder does not exist (a typo would otherwise create a new home)."""
+        if value is None:
+            return None
+        return check_storage_url(value)
+
 
 class EmbeddingSettings(_Section):
     provider: Literal["fastembed", "hash"] = Field(
@@ -493,6 +502,60 @@ class Settings(_Section):
         return self.storage.url or f"sqlite:///{self.db_path}"
 
 
+_DRIVERS: dict[str, tuple[str, str]] = {
+    "postgresql": ("psycopg", "pip install 'memos-bridge[postgres]'"),
+    "postgresql+psycopg": ("psycopg", "pip install 'memos-bridge[postgres]'"),
+}
+
+
+def check_storage_url(value: str) -> str:
+    """`value` when it is a usable storage URL; ValueError with the fix otherwise."""
+    import importlib.util
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(value)
+    except ArgumentError as exc:
+        raise ValueError(f"not a database URL ({exc}); e.g. sqlite:////path/to/memos.db") from exc
+    needed = _DRIVERS.get(url.drivername)
+    if needed is not None and importlib.util.find_spec(needed[0]) is None:
+        raise ValueError(f"{url.drivername} needs the {needed[0]} driver: {needed[1]}")
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        folder = Path(url.database).expanduser().parent
+        if not folder.is_dir():
+            raise ValueError(f"the folder of the SQLite file does not exist: {folder}")
+    elif url.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ValueError(f"unsupported database {url.get_backend_name()!r}: use sqlite or postgresql")
+    return value
+
+
+def env_typos(env: Mapping[str, str]) -> list[str]:
+    """Environment names that look like a setting written with one underscore where two separate a section
+    (`MEMOS_BRIDGE_RETRIEVAL_TIER2_TOP_K` for `MEMOS_BRIDGE_RETRIEVAL__TIER2_TOP_K`): each with its fix."""
+    sections = _section_models()
+    hints: list[str] = []
+    for name in env:
+        if not name.startswith(ENV_PREFIX) or "__" in name:
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        for section, fields in sections.items():
+            if key.startswith(section + "_") and key[len(section) + 1 :] in fields:
+                fixed = f"{ENV_PREFIX}{section.upper()}__{key[len(section) + 1 :].upper()}"
+                hints.append(f"{name} is not read; did you mean {fixed}?")
+    return hints
+
+
+def _section_models() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for name, info in Settings.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, _Section):
+            out[name] = set(annotation.model_fields)
+    return out
+
+
 def default_home(env: Mapping[str, str]) -> Path:
     raw = env.get(ENV_PREFIX + "HOME")
     return Path(raw).expanduser() if raw else Path.home() / ".memos-bridge"
@@ -551,7 +614,7 @@ def load_settings(
         return Settings.model_validate(data)
     except ValidationError as exc:
         problems = [
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
             for err in exc.errors(include_url=False, include_context=False)
         ]
         raise MemosError(

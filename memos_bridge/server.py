@@ -152,9 +152,10 @@ async def run_tcp(
     task_status: TaskStatus[int] | None = None,
     owner_socket: str | None = None,
 ) -> None:
-    from memos_bridge.transport.tcp import check_bind_allowed, serve_tcp
+    from memos_bridge.transport.tcp import check_bind_allowed, check_port_free, serve_tcp
 
     check_bind_allowed(host, settings.transport.token)  # refuse before opening anything
+    check_port_free(host, port)
 
     async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
         async with anyio.create_task_group() as group:

@@ -51,6 +51,29 @@ def check_bind_allowed(host: str | None, token: str | None) -> None:
         )
 
 
+class PortInUse(OSError):
+    """The TCP address is taken by another process (a runtime fault: exit 1, nothing created)."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail at once, before the data home is opened, when `host:port` cannot be bound."""
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host.strip("[]"), port))
+    except OSError as exc:
+        raise PortInUse(
+            exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}; stop what uses it or choose another port"
+        ) from exc
+    finally:
+        probe.close()
+
+
 def _stream_source(stream: SocketStream) -> ByteSource:
     async def receive() -> bytes:
         try:
