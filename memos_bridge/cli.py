@@ -116,7 +116,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from memos_bridge import server
 
     if lock is None:
-        return _attach(settings.home, attach=tcp is None and not args.no_attach)
+        if tcp is not None or args.no_attach:
+            return _refuse(settings.home)
+        lock = _attach_until_owner(settings.home)
+        if lock is None:
+            return 0  # the host ended its input while attached: a normal end
     try:
         if tcp is None:
             anyio.run(server.run_stdio, settings, lock.socket_path)
@@ -142,25 +146,68 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _attach(home: Path, *, attach: bool) -> int:
-    """Another process owns `home`: relay this host's stdio to it, or say who it is (exit 2)."""
+def _refuse(home: Path) -> int:
+    """`--no-attach` (or a TCP daemon, which cannot relay) on a home another process serves: exit 2."""
     from memos_bridge.transport import owner
-    from memos_bridge.transport.stdio import claim_stdio
 
     info = owner.read_owner(home)
     who = f"pid {info.pid}" if info.pid is not None else "another process"
-    if not attach or info.socket_path is None:
-        print(f"memos-bridge: data home {home} is served by {who}", file=sys.stderr)
-        return 2
+    print(f"memos-bridge: data home {home} is served by {who}", file=sys.stderr)
+    return 2
+
+
+def _attach_until_owner(home: Path) -> Any:
+    """Relay this host's stdio to the owner of `home`; when the owner goes away while the host is still
+    connected, take the home over (wait for the lock) and return it, so the caller serves the rest of the
+    host's input itself. None when the host ended its input (nothing left to serve).
+
+    A request the host sent while the owner was dying may get no answer; retries are safe (turnKey,
+    evidenceId and step keys make every write idempotent)."""
+    import time
+
+    from memos_bridge.transport import owner
+    from memos_bridge.transport.stdio import claim_stdio
+
     channel = claim_stdio()
+    while True:
+        info = owner.read_owner(home)
+        if info.socket_path is not None:
+            try:
+                ended = owner.relay(info.socket_path, channel.read_fd, channel.write_fd) == 0
+            except OSError:
+                ended = False  # no listener (yet, or any more): try to become the owner
+            if ended:
+                return None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            lock = owner.try_lock(home)
+            if lock is not None:
+                print(f"memos-bridge: taking over data home {home}", file=sys.stderr)
+                return lock
+            if owner.read_owner(home).socket_path not in (None, info.socket_path) or _listening(home):
+                break  # another process took over first: attach to it
+            time.sleep(0.1)
+        else:
+            print(f"memos-bridge: data home {home} is locked but its owner does not answer", file=sys.stderr)
+            raise SystemExit(1)
+
+
+def _listening(home: Path) -> bool:
+    import socket
+
+    from memos_bridge.transport import owner
+
+    path = owner.read_owner(home).socket_path
+    if path is None:
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        code = owner.relay(info.socket_path, channel.read_fd, channel.write_fd)
-    except OSError as exc:
-        print(f"memos-bridge: cannot attach to {who} serving {home}: {exc}", file=sys.stderr)
-        return 1
-    if code:
-        print(f"memos-bridge: {who}, the owner of data home {home}, went away", file=sys.stderr)
-    return code
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:

@@ -140,6 +140,10 @@ async def run_stdio(settings: Settings, owner_socket: str | None = None) -> None
         async with anyio.create_task_group() as group:
             await _serve_owner_socket(owner_socket, methods, settings, hub, group)
             await serve_stdio(methods, settings.transport, on_peer=hub.add)
+            # This process's own host is gone; hosts attached through the home's socket keep the owner
+            # alive until they leave, so an attached host is never cut off by another host's exit.
+            while any(peer.transport == "local" for peer in hub.peers):
+                await anyio.sleep(0.2)
             group.cancel_scope.cancel()
 
     await _run(settings, serve)

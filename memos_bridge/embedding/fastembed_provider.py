@@ -153,7 +153,7 @@ class FastEmbedEmbedder:
         for start in range(0, len(missing), MAX_COALESCED_TEXTS):
             chunk = missing[start : start + MAX_COALESCED_TEXTS]
             try:
-                computed = await self._batcher.submit((role, chunk), len(chunk))
+                computed = await self._batcher.submit((role, chunk), len(chunk), urgent=role == "query")
             except MemosError as exc:
                 raise _fresh(exc) from exc
             except Exception as exc:  # a bug, not an outage; still never an unexpected type

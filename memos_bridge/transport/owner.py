@@ -9,8 +9,10 @@ relays its stdio to the owner's socket byte for byte: its host talks to the one 
 queue and the one vector index, and replies — including the owner's `host.llm.complete` requests to that
 host — travel back the same way. With `--no-attach` it exits 2 naming the owner instead.
 
-When the owner goes away, attached relays see their connection end and exit 1 (their hosts respawn them, as
-after any crash); the next process to start takes the lock and becomes the owner.
+An owner whose own host has gone keeps serving while attached hosts remain. When the owner goes away anyway
+(killed, crashed), each attached process notices its connection end, stops reading its host's input, takes
+the lock (the first one to do so becomes the new owner; the others attach to it) and serves the rest of its
+host's input itself: the hosts keep one memory without being restarted.
 
 The socket lives in the home (mode 600 in a 700 folder: only the same user can connect), or, when the home's
 path is too long for a Unix socket address, in the system's temporary folder under a name derived from the
@@ -24,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import select
 import socket
 import tempfile
 import threading
@@ -103,25 +106,37 @@ def relay(socket_path: str, read_fd: int, write_fd: int, *, connect_timeout_s: f
     """
     conn = _connect(socket_path, connect_timeout_s)
     host_done = threading.Event()
+    owner_gone = threading.Event()
 
     def upstream() -> None:
+        # Reads only when input is ready and the owner is still there, so that after the owner goes away
+        # nothing more is taken from the host's input: whoever serves the host next reads it whole.
         try:
-            while chunk := os.read(read_fd, 1 << 16):
+            while not owner_gone.is_set():
+                ready, _, _ = select.select([read_fd], [], [], 0.2)
+                if not ready or owner_gone.is_set():
+                    continue
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    host_done.set()
+                    break
                 conn.sendall(chunk)
         except OSError:
             pass
         finally:
-            host_done.set()
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_WR)
 
-    threading.Thread(target=upstream, name="relay-upstream", daemon=True).start()
+    reader = threading.Thread(target=upstream, name="relay-upstream", daemon=True)
+    reader.start()
     try:
         while chunk := conn.recv(1 << 16):
             _write_all(write_fd, chunk)
     except OSError:
         pass
     finally:
+        owner_gone.set()
+        reader.join()
         conn.close()
     return 0 if host_done.is_set() else 1
 
