@@ -105,11 +105,11 @@ class SessionOpenResult(WireModel):
 
 
 class SessionCloseParams(WireModel):
-    session_id: str = Field(..., min_length=1)
+    session_id: str = Field(..., min_length=1, max_length=200)
 
 
 class EpisodeOpenParams(WireModel):
-    session_id: str = Field(..., min_length=1)
+    session_id: str = Field(..., min_length=1, max_length=200)
     episode_id: str | None = Field(None, description="Recorded as meta.adapterSuppliedId, not used as id.")
     user_message: str | None = None
 
@@ -119,7 +119,7 @@ class EpisodeOpenResult(WireModel):
 
 
 class EpisodeCloseParams(WireModel):
-    episode_id: str = Field(..., min_length=1)
+    episode_id: str = Field(..., min_length=1, max_length=200)
 
 
 class EpisodeDTO(WireModel):
@@ -168,8 +168,8 @@ class TurnResultDTO(WireModel):
     """turn.end params: what the agent did in answer to the user turn."""
 
     agent: str = Field(..., min_length=1, max_length=100)
-    session_id: str = Field(..., min_length=1)
-    episode_id: str = Field(..., min_length=1)
+    session_id: str = Field(..., min_length=1, max_length=200)
+    episode_id: str = Field(..., min_length=1, max_length=200)
     namespace: RuntimeNamespace | None = None
     agent_text: str = ""
     agent_thinking: str | None = None
@@ -301,15 +301,15 @@ class TraceDTO(WireModel):
 
 
 class GetByIdParams(WireModel):
-    id: str = Field(..., min_length=1)
+    id: str = Field(..., min_length=1, max_length=200)
     namespace: ReadNamespace = _READ_NAMESPACE
-    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
 
 
 class TimelineParams(WireModel):
-    episode_id: str = Field(..., min_length=1)
+    episode_id: str = Field(..., min_length=1, max_length=200)
     namespace: ReadNamespace = _READ_NAMESPACE
-    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
     limit: int = Field(200, ge=1, le=1000)
     offset: int = Field(0, ge=0)
 
@@ -387,7 +387,7 @@ class ToolOutcomeParams(WireModel):
     """tool.outcome params: one tool call's success or failure, reported as soon as the host knows it."""
 
     session_id: str = Field(..., min_length=1, max_length=200)
-    episode_id: str | None = Field(None, min_length=1, description="Defaults to the session's open episode.")
+    episode_id: str | None = Field(None, min_length=1, max_length=200, description="Defaults to the session's open episode.")
     tool: str = Field(..., min_length=1, max_length=200, description="Tool name, as in turn.end toolCalls.")
     success: bool
     error: str | None = Field(None, max_length=20_000, description="Error message or code when it failed.")
@@ -498,7 +498,7 @@ class ListPoliciesParams(WireModel):
         "procedural (L2 policies induced from successful steps).",
     )
     namespace: ReadNamespace = _READ_NAMESPACE
-    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -544,7 +544,7 @@ WorldModelStatus = Literal["active", "archived"]
 class ListWorldModelsParams(WireModel):
     status: WorldModelStatus | None = None
     namespace: ReadNamespace = _READ_NAMESPACE
-    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -587,7 +587,7 @@ SkillStatus = Literal["candidate", "active", "archived"]
 class SkillListParams(WireModel):
     status: SkillStatus | None = None
     namespace: ReadNamespace = _READ_NAMESPACE
-    session_id: str | None = Field(None, min_length=1, description="Read in this session's namespace.")
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -597,14 +597,14 @@ class SkillListResult(WireModel):
 
 
 class SkillGetParams(WireModel):
-    id: str = Field(..., min_length=1)
+    id: str = Field(..., min_length=1, max_length=200)
     record_trial: bool = Field(
         False,
         description="Count this fetch as a use of the skill in the episode (episodeId, else the session's open "
         "episode); that episode's outcome then passes or fails the trial and moves the skill's reliability.",
     )
-    session_id: str | None = Field(None, min_length=1)
-    episode_id: str | None = Field(None, min_length=1)
+    session_id: str | None = Field(None, min_length=1, max_length=200)
+    episode_id: str | None = Field(None, min_length=1, max_length=200)
     trace_id: str | None = Field(
         None, min_length=1, description="Reference adapters' trial context: stored on the trial (recordTrial only)."
     )
@@ -616,7 +616,7 @@ class SkillGetParams(WireModel):
 
 
 class SkillIdParams(WireModel):
-    id: str = Field(..., min_length=1)
+    id: str = Field(..., min_length=1, max_length=200)
 
 
 class SkillArchiveParams(SkillIdParams):
@@ -635,7 +635,7 @@ LinkRelation = Literal["cause", "solution", "supersedes", "related"]
 class MemoryReinforceParams(WireModel):
     """memory.reinforce params: evidence about whether acting on a memory worked."""
 
-    id: str = Field(..., min_length=1, description="The memory the evidence is about.")
+    id: str = Field(..., min_length=1, max_length=200, description="The memory the evidence is about.")
     kind: MemoryKind
     evidence: StrengthEvidence = Field(
         ...,
@@ -669,7 +669,7 @@ class MemoryDecayResult(WireModel):
 class MemoryRefParams(WireModel):
     """A memory by id and kind (memory.pin, memory.unpin, memory.restore)."""
 
-    id: str = Field(..., min_length=1)
+    id: str = Field(..., min_length=1, max_length=200)
     kind: MemoryKind
     namespace: RuntimeNamespace | None = None
 
@@ -677,8 +677,8 @@ class MemoryRefParams(WireModel):
 class MemoryLinkParams(WireModel):
     """memory.link params; `supersedes` reads "fromId supersedes toId" (fromId is the correction)."""
 
-    from_id: str = Field(..., min_length=1)
-    to_id: str = Field(..., min_length=1)
+    from_id: str = Field(..., min_length=1, max_length=200)
+    to_id: str = Field(..., min_length=1, max_length=200)
     relation: LinkRelation
     namespace: RuntimeNamespace | None = None
 

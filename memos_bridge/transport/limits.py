@@ -19,6 +19,7 @@ from typing import Any
 
 MAX_SAFE_INT = 2**53
 MAX_DEPTH = 64
+MAX_ITEMS = 10_000  # elements of one array or members of one object
 MAX_INT_DIGITS = 400  # a literal longer than this is refused while parsing (CPython's own cap is 4300)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -54,11 +55,15 @@ def check_value(value: Any, path: str = "params", depth: int = 0) -> None:
         if not math.isfinite(value) or abs(value) > MAX_SAFE_INT:
             raise BadValue(path, f"number out of range (at most ±2^53 = {MAX_SAFE_INT})")
     elif kind is dict:
+        if len(value) > MAX_ITEMS:
+            raise BadValue(path, f"object with more than {MAX_ITEMS} members")
         for key, item in value.items():
             if _SURROGATE.search(key):
                 raise BadValue(f"{path}.{_printable(key)}", "key holds an unpaired UTF-16 surrogate")
             check_value(item, f"{path}.{key}", depth + 1)
     elif kind is list:
+        if len(value) > MAX_ITEMS:
+            raise BadValue(path, f"array with more than {MAX_ITEMS} items")
         for index, item in enumerate(value):
             check_value(item, f"{path}.{index}", depth + 1)
 
