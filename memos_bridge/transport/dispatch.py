@@ -247,7 +247,7 @@ def _refusal(item: Any, *, in_batch: bool = False) -> Any:
 def _invalid_request(reply_id: Any, reason: str | None = None) -> dict[str, Any]:
     message = "invalid request: expected a JSON-RPC 2.0 request object"
     data = memos_data(ErrorCode.PROTOCOL_ERROR, f"{message}: {reason}" if reason else message)
-    return error_response(INVALID_REQUEST, "Invalid Request", data, reply_id)
+    return error_response(INVALID_REQUEST, "Invalid request", data, reply_id)
 
 
 def _clip(text: str, limit: int = 300) -> str:

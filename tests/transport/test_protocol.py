@@ -60,12 +60,16 @@ async def test_parse_errors(kind: str) -> None:
             b'{"jsonrpc":"2.0","method":"ping",',
             b'{"jsonrpc":"2.0","method":"echo","params":{"a":"\xff\xfe"},"id":1}',  # invalid UTF-8
             b'{"jsonrpc":"2.0","method":"echo","params":{"a":NaN},"id":2}',  # not JSON
-            b"\xef\xbb\xbf{}",  # BOM
+            b'{"jsonrpc":"2.0","method":"ping","id":' + b"9" * 5000 + b"}",  # an integer literal nobody can hold
         ]
         for line in bad_lines:
             await conn.send_raw(line + b"\n")
             error = assert_error(await conn.recv(), -32700, "protocol_error", None)
             assert error["message"] == "Parse error"
+            assert "sys.set_int_max_str_digits" not in error["data"]["message"]
+        # A byte-order mark carries nothing: the request after it is served.
+        await conn.send_raw(b'\xef\xbb\xbf{"jsonrpc":"2.0","method":"ping","id":"bom"}\n')
+        assert (await conn.recv())["result"] == "pong"
         assert (await conn.call("ping"))["result"] == "pong"
 
 
@@ -81,12 +85,17 @@ async def test_invalid_requests(kind: str) -> None:
             {"jsonrpc": "2.0", "method": "ping", "id": True},
             {"jsonrpc": "2.0", "method": "ping", "id": 1, "extra": 1},
             {"jsonrpc": "2.0", "method": "echo", "params": "x", "id": 1},
-            [1, 2],
         ]
         for message in invalid:
             await conn.send(message)
             error = assert_error(await conn.recv(), -32600, "protocol_error", None)
             assert error["message"] == "Invalid request"
+        # A batch of invalid members: one error per member (JSON-RPC 2.0, "invalid but not empty" batch).
+        await conn.send([1, 2])
+        replies = await conn.recv()
+        assert isinstance(replies, list) and len(replies) == 2
+        for reply in replies:
+            assert assert_error(reply, -32600, "protocol_error", None)["message"] == "Invalid request"
         assert (await conn.call("ping"))["result"] == "pong"
 
 
