@@ -387,7 +387,9 @@ class ToolOutcomeParams(WireModel):
     """tool.outcome params: one tool call's success or failure, reported as soon as the host knows it."""
 
     session_id: str = Field(..., min_length=1, max_length=200)
-    episode_id: str | None = Field(None, min_length=1, max_length=200, description="Defaults to the session's open episode.")
+    episode_id: str | None = Field(
+        None, min_length=1, max_length=200, description="Defaults to the session's open episode."
+    )
     tool: str = Field(..., min_length=1, max_length=200, description="Tool name, as in turn.end toolCalls.")
     success: bool
     error: str | None = Field(None, max_length=20_000, description="Error message or code when it failed.")
