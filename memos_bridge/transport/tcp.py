@@ -84,6 +84,36 @@ def _stream_source(stream: SocketStream) -> ByteSource:
     return receive
 
 
+async def _serve_stream(
+    stream: SocketStream,
+    table: MethodTable,
+    settings: TransportSettings,
+    connection_id: str,
+    transport: str,
+    token: str | None,
+    on_peer: Callable[[Peer], object] | None,
+) -> None:
+    """One connection as one `Peer`, until either side ends it; a failure stays within the connection."""
+    try:
+        async with stream:
+            peer = Peer(
+                _stream_source(stream),
+                stream.send,
+                table,
+                settings,
+                connection_id=connection_id,
+                transport=transport,
+                token=token,
+            )
+            if on_peer is not None:
+                on_peer(peer)
+            await peer.serve()
+    except Exception:
+        logger.exception("connection %s failed", connection_id)
+    finally:
+        logger.info("connection %s closed", connection_id)
+
+
 async def serve_tcp(
     host: str,
     port: int,
@@ -106,26 +136,8 @@ async def serve_tcp(
 
     async def handle(stream: SocketStream) -> None:
         connection_id = f"tcp-{next(counter)}"
-        remote = stream.extra(SocketAttribute.remote_address, None)
-        logger.info("connection %s from %s", connection_id, remote)
-        try:
-            async with stream:
-                peer = Peer(
-                    _stream_source(stream),
-                    stream.send,
-                    table,
-                    settings,
-                    connection_id=connection_id,
-                    transport="tcp",
-                    token=token,
-                )
-                if on_peer is not None:
-                    on_peer(peer)
-                await peer.serve()
-        except Exception:
-            logger.exception("connection %s failed", connection_id)
-        finally:
-            logger.info("connection %s closed", connection_id)
+        logger.info("connection %s from %s", connection_id, stream.extra(SocketAttribute.remote_address, None))
+        await _serve_stream(stream, table, settings, connection_id, "tcp", token, on_peer)
 
     async with listener:
         bound_port = listener.listeners[0].extra(SocketAttribute.local_port)
@@ -153,18 +165,7 @@ async def serve_unix(
     async def handle(stream: SocketStream) -> None:
         connection_id = f"local-{next(counter)}"
         logger.info("connection %s attached", connection_id)
-        try:
-            async with stream:
-                peer = Peer(
-                    _stream_source(stream), stream.send, table, settings, connection_id=connection_id, transport="local"
-                )
-                if on_peer is not None:
-                    on_peer(peer)
-                await peer.serve()
-        except Exception:
-            logger.exception("connection %s failed", connection_id)
-        finally:
-            logger.info("connection %s detached", connection_id)
+        await _serve_stream(stream, table, settings, connection_id, "local", None, on_peer)
 
     async with listener:
         task_status.started()
