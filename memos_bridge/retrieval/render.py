@@ -159,19 +159,23 @@ class RenderOptions:
 def apply_provenance(data: RenderInput) -> tuple[list[ExperienceSnippet], list[ExperienceSnippet]]:
     """Split experiences into (shown in full, shown as guidance-only updates of a recalled skill).
 
-    An experience a recalled skill was built from is dropped when it has not changed since the skill,
-    and reduced to its *new* guidance when it changed later (newer feedback not yet rebuilt into the
-    skill): Prefer/Avoid lines the skill already carries are left out, and an update with nothing new is
-    dropped too.
+    An experience a recalled skill was built from is dropped when it has not changed since the skill and the
+    skill's text carries its lesson, and reduced to its *new* guidance when it changed later (newer feedback
+    not yet rebuilt into the skill): Prefer/Avoid lines the skill already carries are left out, and an update
+    with nothing new is dropped too. A skill whose text does not carry a source's lesson (a guide drafted
+    from the task it succeeded on, say) does not stand for it: the experience is shown in full.
     """
     built_from: dict[str, int] = {}
     known_prefer: dict[str, set[str]] = {}
     known_avoid: dict[str, set[str]] = {}
+    skill_text: dict[str, str] = {}
     for skill in data.skills:
+        text = _key(" ".join([skill.guide, *skill.preference, *skill.anti_pattern]))
         for policy_id in skill.source_policy_ids:
             built_from[policy_id] = max(built_from.get(policy_id, 0), skill.updated_at)
             known_prefer.setdefault(policy_id, set()).update(_key(line) for line in skill.preference)
             known_avoid.setdefault(policy_id, set()).update(_key(line) for line in skill.anti_pattern)
+            skill_text[policy_id] = skill_text.get(policy_id, "") + " " + text
     full: list[ExperienceSnippet] = []
     updates: list[ExperienceSnippet] = []
     for exp in data.experiences:
@@ -182,7 +186,16 @@ def apply_provenance(data: RenderInput) -> tuple[list[ExperienceSnippet], list[E
             avoid = [line for line in exp.anti_pattern if _key(line) not in known_avoid[exp.ref_id]]
             if prefer or avoid or not (exp.preference or exp.anti_pattern):
                 updates.append(replace(exp, preference=prefer, anti_pattern=avoid))
+        elif not _carried(exp, skill_text[exp.ref_id]):
+            full.append(exp)
     return full, updates
+
+
+def _carried(exp: ExperienceSnippet, skill_text: str) -> bool:
+    """Whether a skill's text holds every line of the experience's lesson (its guidance, when it has no
+    lesson lines kept apart)."""
+    lines = exp.lesson or [*exp.preference, *exp.anti_pattern]
+    return all(_key(line) in skill_text for line in lines if line.strip())
 
 
 def _key(line: str) -> str:

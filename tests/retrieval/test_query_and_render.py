@@ -140,3 +140,37 @@ def test_latin_two_letter_words_are_matched_whole_not_inside_longer_words() -> N
     assert q.pattern == ()
     assert "DB" in q.word.split() and "CI" in q.word.split()
     assert set(keyword_query("数据库迁移 DB").pattern) == {"数据", "据库", "库迁", "迁移"}
+
+
+def test_a_skill_that_does_not_carry_its_source_lesson_does_not_hide_it() -> None:
+    """A skill drafted from the task it succeeded on ("… misting log. For the north zone …") stands for its
+    source experience only when its text holds the lesson; otherwise the lesson is still shown."""
+    from memos_bridge.retrieval.render import ExperienceSnippet, SkillSnippet, render_compact
+
+    lesson = "In the irrigation export the water column holds millilitres: divide each value by 1000."
+    experience = ExperienceSnippet(
+        ref_id="po_water",
+        experience_type="repair_instruction",
+        title=lesson,
+        trigger="",
+        procedure=lesson,
+        verification="",
+        boundary="",
+        lesson=[lesson],
+        roles=["convention"],
+        updated_at=1000,
+    )
+    task_skill = SkillSnippet(
+        ref_id="sk_task",
+        name="misting_log_totals",
+        guide="The misting log of the greenhouses. For the north zone, give the total water in litres.",
+        eta=0.6,
+        source_policy_ids=["po_water"],
+        updated_at=2000,
+    )
+    query = "total water of house H2 in litres"
+    shown = render_compact(RenderInput(skills=[task_skill], experiences=[experience], query=query))
+    assert "divide each value by 1000" in shown
+    carrying = replace(task_skill, guide=f"Steps: read the export. {lesson}")
+    hidden = render_compact(RenderInput(skills=[carrying], experiences=[experience], query=query))
+    assert hidden.count("divide each value by 1000") == 1  # once, from the skill: not repeated
