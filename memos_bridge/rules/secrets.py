@@ -140,7 +140,7 @@ def wordlike(value: str) -> bool:
     return sum(len(p) for p in pieces) / len(pieces) >= 3
 
 
-def _plausible_value(value: str, strength: str, spaced: bool) -> bool:
+def _plausible_value(value: str, strength: str, spaced: bool, *, quoted: bool | None = None) -> bool:
     """Whether `value`, assigned to a name of `strength`, is a credential rather than code, prose or a type.
 
     Quoted values are literals: any non-placeholder counts after a strong name. Unquoted ones may be code
@@ -148,7 +148,8 @@ def _plausible_value(value: str, strength: str, spaced: bool) -> bool:
     without digits, is taken for a name, not a value — except a plain word written right after `=` / `:`
     with no space (`DB_PASSWORD=changeme`, the .env form).
     """
-    quoted = len(value) > 1 and value[0] in "\"'" and value[-1] == value[0]
+    if quoted is None:
+        quoted = len(value) > 1 and value[0] in "\"'" and value[-1] == value[0]
     bare = value.strip().strip("\"'").strip()
     if _PLACEHOLDER.match(bare) or _ALREADY.fullmatch(bare):
         return False
@@ -164,11 +165,6 @@ def _plausible_value(value: str, strength: str, spaced: bool) -> bool:
         if not any(c.isdigit() for c in bare) and spaced:
             return False
     return True
-
-
-def json_quoted(value: str) -> str:
-    """A JSON string value, written as the quoted literal it is (its key names what it holds)."""
-    return '"' + value.replace('"', "'") + '"'
 
 
 def _credential_check(m: re.Match[str]) -> bool:
@@ -502,7 +498,7 @@ class Redactor:
                 strength = name_strength(key)
                 if (
                     strength is not None
-                    and _plausible_value(json_quoted(value), strength, spaced=False)
+                    and _plausible_value(value, strength, spaced=False, quoted=True)
                     and not _ALREADY.search(value)
                     and not any(allowed.fullmatch(value) for allowed in self._allow)
                 ):

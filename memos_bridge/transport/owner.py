@@ -30,6 +30,7 @@ import select
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,17 +113,16 @@ def relay(socket_path: str, read_fd: int, write_fd: int, *, connect_timeout_s: f
         # Reads only when input is ready and the owner is still there, so that after the owner goes away
         # nothing more is taken from the host's input: whoever serves the host next reads it whole.
         try:
-            while not owner_gone.is_set():
-                ready, _, _ = select.select([read_fd], [], [], 0.2)
-                if not ready or owner_gone.is_set():
-                    continue
-                chunk = os.read(read_fd, 1 << 16)
-                if not chunk:
-                    host_done.set()
-                    break
-                conn.sendall(chunk)
-        except OSError:
-            pass
+            with contextlib.suppress(OSError):  # the owner's socket closed under us: the loop below sees it
+                while not owner_gone.is_set():
+                    ready, _, _ = select.select([read_fd], [], [], 0.2)
+                    if not ready or owner_gone.is_set():
+                        continue
+                    chunk = os.read(read_fd, 1 << 16)
+                    if not chunk:
+                        host_done.set()
+                        break
+                    conn.sendall(chunk)
         finally:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_WR)
@@ -130,10 +130,9 @@ def relay(socket_path: str, read_fd: int, write_fd: int, *, connect_timeout_s: f
     reader = threading.Thread(target=upstream, name="relay-upstream", daemon=True)
     reader.start()
     try:
-        while chunk := conn.recv(1 << 16):
-            _write_all(write_fd, chunk)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # a reset connection ends the relay like a closed one
+            while chunk := conn.recv(1 << 16):
+                _write_all(write_fd, chunk)
     finally:
         owner_gone.set()
         reader.join()
@@ -143,8 +142,6 @@ def relay(socket_path: str, read_fd: int, write_fd: int, *, connect_timeout_s: f
 
 def _connect(socket_path: str, timeout_s: float) -> socket.socket:
     """Connect, waiting for an owner that holds the lock but is still opening its socket."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
