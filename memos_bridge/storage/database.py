@@ -6,9 +6,10 @@ unit of work is a plain function `fn(session) -> T` run in a worker thread:
 * `read(fn)` runs up to `read_threads` at once. With WAL, readers see a consistent snapshot and never
   block the writer or each other;
 * `write(fn)` runs one at a time, because SQLite has exactly one writer: queuing writers here is cheaper and
-  fairer than letting them spin on `busy_timeout`. It commits when `fn` returns and rolls back (then
-  re-raises) when it raises. A cancelled `await` still lets the thread finish, so a write is never
-  half-done.
+  fairer than letting them spin on `busy_timeout`. Both queues admit work a host is waiting on first
+  (`storage.priority`), so a `turn.start` never stands behind other hosts' capture. It commits when
+  `fn` returns and rolls back (then re-raises) when it raises. A cancelled `await` still lets the thread
+  finish, so a write is never half-done.
 
 `read_sync` / `write_sync` are the same operations for synchronous callers (CLI, tests); they share the
 writer lock with the async path. Sessions use `expire_on_commit=False` so returned ORM objects stay usable
@@ -34,6 +35,7 @@ from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.storage.engine import create_db_engine, is_memory_sqlite, writer
 from memos_bridge.storage.migrations import current_version, migrate
 from memos_bridge.storage.models import Base
+from memos_bridge.storage.priority import PrioritySlots, yield_to_interactive
 
 T = TypeVar("T")
 
@@ -53,7 +55,7 @@ class Database:
         self._write_sessions: sessionmaker[Session] | None = None
         # Re-entrant so a read nested in a write on the same thread cannot deadlock the in-memory case.
         self._write_lock = threading.RLock()
-        self._limiters: tuple[anyio.lowlevel.EventLoopToken, anyio.CapacityLimiter, anyio.CapacityLimiter] | None = None
+        self._slots: tuple[anyio.lowlevel.EventLoopToken, PrioritySlots, PrioritySlots] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -132,30 +134,40 @@ class Database:
 
     # -- async units of work -----------------------------------------------------------------------------
 
-    def _current_limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
-        """Per-event-loop limiters (a limiter must not outlive the loop that created it)."""
+    def _current_slots(self) -> tuple[PrioritySlots, PrioritySlots]:
+        """Per-event-loop read and write slots (their events must not outlive the loop that made them)."""
         token = anyio.lowlevel.current_token()
-        if self._limiters is None or self._limiters[0] != token:
-            self._limiters = (token, anyio.CapacityLimiter(self._read_threads), anyio.CapacityLimiter(1))
-        return self._limiters[1], self._limiters[2]
+        if self._slots is None or self._slots[0] != token:
+            self._slots = (token, PrioritySlots(self._read_threads), PrioritySlots(1))
+        return self._slots[1], self._slots[2]
 
     async def read(self, fn: Callable[[Session], T], *, abandon_on_cancel: bool = False) -> T:
         """`read_sync` in a worker thread; at most `read_threads` run concurrently.
 
-        With `abandon_on_cancel`, a cancelled caller stops waiting at once and the read finishes unseen in
-        its thread (for deadline-bound work that would rather use what is ready than wait).
+        Work a host is waiting on (`storage.priority.interactive`) is admitted before queued background
+        reads. With `abandon_on_cancel`, a cancelled caller stops waiting at once and the read finishes
+        unseen in its thread (for deadline-bound work that would rather use what is ready than wait); its
+        slot is freed at once, as a thread cannot be interrupted.
         """
-        read_limiter, _ = self._current_limiters()
-        return await anyio.to_thread.run_sync(
-            self.read_sync, fn, limiter=read_limiter, abandon_on_cancel=abandon_on_cancel
-        )
+        read_slots, _ = self._current_slots()
+        await yield_to_interactive()
+        async with read_slots.slot():
+            return await anyio.to_thread.run_sync(self.read_sync, fn, abandon_on_cancel=abandon_on_cancel)
 
     async def write(self, fn: Callable[[Session], T]) -> T:
-        """`write_sync` in a worker thread; writes are serialised."""
-        _, write_limiter = self._current_limiters()
-        return await anyio.to_thread.run_sync(self.write_sync, fn, limiter=write_limiter)
+        """`write_sync` in a worker thread; writes are serialised, interactive ones admitted first."""
+        _, write_slots = self._current_slots()
+        await yield_to_interactive()
+        async with write_slots.slot():
+            return await anyio.to_thread.run_sync(self.write_sync, fn)
 
     # -- diagnostics -------------------------------------------------------------------------------------
+
+    def waiting(self) -> dict[str, int]:
+        """Units of work queued for a read or the write slot in this event loop (health, tests)."""
+        if self._slots is None:
+            return {"read": 0, "write": 0}
+        return {"read": self._slots[1].waiting, "write": self._slots[2].waiting}
 
     def schema_version(self) -> int:
         with self._reader_guard():
