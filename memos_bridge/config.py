@@ -82,6 +82,12 @@ class CaptureSettings(_Section):
     summary_max_chars: int = Field(140, ge=40)
     max_tags: int = Field(8, ge=1)
     max_error_signatures: int = Field(6, ge=1)
+    concurrency: int = Field(
+        2,
+        ge=1,
+        description="turn.end captures processed at once; the rest wait their turn, so capture under many "
+        "hosts cannot crowd out the turn.start calls hosts are blocked on.",
+    )
 
 
 class SessionSettings(_Section):

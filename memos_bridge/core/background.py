@@ -19,6 +19,7 @@ import anyio.abc
 from sqlalchemy.orm import Session
 
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.priority import background
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class BackgroundWork:
             await self._idle.wait()
 
     async def _guarded(self, name: str, job: Job) -> None:
+        if self._group is not None:
+            background()  # this job's own task: the normal lane, whoever submitted it
         try:
             await job()
             self.completed += 1

@@ -59,6 +59,7 @@ from memos_bridge.storage import hotpath, repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
+from memos_bridge.storage.priority import PrioritySlots, interactive
 from memos_bridge.storage.vectors import to_blob
 from memos_bridge.timeutil import now_ms
 
@@ -112,6 +113,7 @@ class TurnService:
         self._events = events
         self._settings = settings
         self._inflight: OrderedDict[tuple[str, str], _InFlight] = OrderedDict()
+        self._capture_slots = PrioritySlots(settings.capture.concurrency)
         self._owners: OrderedDict[str, OwnerFilter] = OrderedDict()  # session id → namespace (early channels)
         self.gate = ForegroundGate()  # MemoryCore shares the learning queue's gate: learning waits for turns
         self.on_activity: Callable[[str], None] = lambda _episode_id: None  # the stale-topic sweep's clock
@@ -122,7 +124,8 @@ class TurnService:
     # ------------------------------------------------------------ turn.start
 
     async def turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
-        with self.gate.foreground():
+        """The call a host blocks its agent on: its database and embedding work go ahead of capture."""
+        with self.gate.foreground(), interactive():
             return await self._keyed_turn_start(params)
 
     async def _keyed_turn_start(self, params: dto.TurnInputDTO) -> dto.RetrievalResultDTO:
@@ -372,8 +375,11 @@ class TurnService:
         return episode, turn, steps, set(repos.traces_by_keys(db, episode.id, [s.key for s in steps]))
 
     async def turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
+        """Capture is bounded (`capture.concurrency`): under many hosts the queued captures wait here, not
+        in front of other hosts' `turn.start` work for the database, the embedder and the CPU."""
         with self.gate.foreground():
-            return await self._turn_end(params)
+            async with self._capture_slots.slot(urgent=False):
+                return await self._turn_end(params)
 
     async def _turn_end(self, params: dto.TurnResultDTO) -> dto.TurnEndResult:
         started = time.perf_counter()

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
+from memos_bridge.storage.priority import background
+
 log = logging.getLogger(__name__)
 
 FOREGROUND_PATIENCE_S = 2.0
@@ -187,7 +189,7 @@ class LearningQueue:
             return
         assert self._group is not None
         self._claim(episode_id)
-        self._group.start_soon(self._run_claimed, episode_id, trigger, name=f"learning:{episode_id}")
+        self._group.start_soon(self._run_started, episode_id, trigger, name=f"learning:{episode_id}")
 
     def _claim(self, episode_id: str) -> None:
         self._running[episode_id] = anyio.Event()
@@ -195,6 +197,11 @@ class LearningQueue:
 
     async def _run_chain(self, episode_id: str, trigger: str) -> None:
         self._claim(episode_id)
+        await self._run_claimed(episode_id, trigger)
+
+    async def _run_started(self, episode_id: str, trigger: str) -> None:
+        """A chain's own task: it runs in the normal lane even when a host's `turn.start` triggered it."""
+        background()
         await self._run_claimed(episode_id, trigger)
 
     async def _run_claimed(self, episode_id: str, trigger: str) -> None:
