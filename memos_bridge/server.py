@@ -25,11 +25,13 @@ from memos_bridge.llm.base import LLMProvider
 from memos_bridge.llm.host import HostLLM, NoLLM
 from memos_bridge.rpc.handlers import build_methods
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.priority import yield_to_interactive
 from memos_bridge.transport.hub import PeerHub
 
 log = logging.getLogger(__name__)
 
 EVENT_QUEUE = 10_000
+EVENT_BURST = 256  # events sent to the clients in one write at most
 
 
 def build_llm(settings: Settings, hub: PeerHub) -> LLMProvider:
@@ -69,7 +71,14 @@ def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) 
     async def pump() -> None:
         async with receive:
             async for params in receive:
-                await hub.broadcast(EVENTS_NOTIFY_METHOD, params)
+                await yield_to_interactive()  # events can wait while a host waits on its turn.start
+                burst = [params]  # what queued meanwhile goes out with it: one write per client
+                while len(burst) < EVENT_BURST:
+                    try:
+                        burst.append(receive.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+                await hub.broadcast_many(EVENTS_NOTIFY_METHOD, burst)
 
     def on_event(event: CoreEventDTO) -> None:
         try:

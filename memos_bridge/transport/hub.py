@@ -13,9 +13,11 @@ import logging
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from memos_bridge.timeutil import now_ms
 from memos_bridge.transport.context import current_peer
+from memos_bridge.transport.dispatch import encode_message
 from memos_bridge.transport.peer import Peer
 
 logger = logging.getLogger(__name__)
@@ -55,25 +57,27 @@ class PeerHub:
         return max(candidates, key=lambda p: p.last_active) if candidates else None
 
     async def broadcast(self, method: str, params: Any = None) -> int:
-        """Notify every live authenticated peer concurrently; returns how many accepted it.
+        """Notify every live authenticated peer; returns how many accepted it (see `broadcast_many`)."""
+        return await self.broadcast_many(method, [params])
 
-        A peer that fails (closed meanwhile, broken pipe) is skipped: one dead host must not keep the
-        others from hearing about an event.
+    async def broadcast_many(self, method: str, params_list: list[Any]) -> int:
+        """Send one notification per item of `params_list`, in order, to every live authenticated peer.
+
+        The lines are encoded once and queued on each connection as one chunk without waiting: with many
+        hosts connected a burst of events costs one encoding and one socket write per host, not a task,
+        an encoding and a write per event and host. A peer that is closed or has stopped reading (its
+        queue past the high-water mark) misses them: one slow host must not hold up the others or the
+        service. Returns how many peers accepted the chunk.
         """
-        delivered = 0
-
-        async def send(peer: Peer) -> None:
-            nonlocal delivered
-            try:
-                await peer.notify(method, params)
-            except Exception as exc:
-                logger.debug("broadcast of %s to %s failed: %r", method, peer.connection_id, exc)
-            else:
-                delivered += 1
-
-        async with anyio.create_task_group() as group:
-            for peer in self.peers:
-                group.start_soon(send, peer)
+        lines = []
+        for params in params_list:
+            message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+            if params is not None:
+                message["params"] = params
+            lines.append(encode_message(message))
+        chunk = b"".join(lines)
+        delivered = sum(1 for peer in self.peers if peer.notify_encoded_nowait(chunk))
+        await anyio.lowlevel.checkpoint()
         return delivered
 
     async def emit_event(self, event_type: str, payload: Any = None) -> int:

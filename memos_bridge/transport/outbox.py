@@ -57,6 +57,11 @@ class Outbox:
     def failed(self) -> bool:
         return self._failed
 
+    @property
+    def backlogged(self) -> bool:
+        """More than `high_water` bytes wait to be written: the other side is not keeping up."""
+        return self._queued_bytes > self._high_water
+
     def put_nowait(self, data: bytes) -> bool:
         """Queue one encoded line; False if the output is closed or broken (the line is dropped)."""
         if not self.accepting:

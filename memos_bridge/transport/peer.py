@@ -138,6 +138,7 @@ class Peer:
         self.transport = transport
         self.last_active = time.monotonic()
         """`time.monotonic()` of the last line received; the hub asks the most recently active host."""
+        self.events_dropped = 0  # notifications skipped because this connection was not reading
 
         self._token_digest = hashlib.sha256(token.encode()).digest() if token is not None else None
         self._authenticated = token is None
@@ -262,6 +263,18 @@ class Peer:
             message["params"] = params
         if not await self._outbox.put(encode_message(message)):
             raise MemosError(ErrorCode.TRANSPORT_CLOSED, f"cannot send {method}: connection closed")
+
+    def notify_encoded_nowait(self, line: bytes) -> bool:
+        """Queue an already encoded notification without waiting; False if it was not queued.
+
+        For fan-out to many connections (events): one encoding for all of them, no task per connection,
+        and a connection whose reader has fallen behind by more than the high-water mark misses the
+        notification instead of making the sender wait (`events_dropped` counts those).
+        """
+        if self._outbox.backlogged:
+            self.events_dropped += 1
+            return False
+        return self._outbox.put_nowait(line)
 
     # ---------------------------------------------------------------------------------------- serving
 

@@ -247,3 +247,44 @@ async def test_hub_tracks_peers_chooses_the_host_and_broadcasts() -> None:
         assert await hub.broadcast("events.notify", {"type": "x"}) == 1
         await links[0].to_peer.aclose()
     assert hub.host_peer() is None and await hub.broadcast("events.notify") == 0
+
+
+async def test_hub_fan_out_sends_a_burst_as_one_chunk_and_skips_a_peer_that_stopped_reading() -> None:
+    """Events go out as one write per peer; a peer whose reader is stuck misses them instead of stalling us."""
+    hub = PeerHub()
+    unblock = anyio.Event()
+
+    async def stuck_send(_data: bytes) -> None:
+        await unblock.wait()
+
+    links = [Link(), Link(send=stuck_send)]
+    peers = [
+        Peer(link.peer_receive, link.peer_send, {}, transport_settings(), connection_id=name)
+        for name, link in zip(("reading", "stuck"), links, strict=True)
+    ]
+    async with anyio.create_task_group() as group:
+        for peer in peers:
+            hub.add(peer)
+            group.start_soon(peer.serve)
+        await anyio.sleep(0.01)
+
+        burst = [{"type": "t", "n": n} for n in range(3)]
+        assert await hub.broadcast_many("events.notify", burst) == 2
+        conn = links[0].client()
+        got = [await conn.recv() for _ in burst]
+        assert [m["params"]["n"] for m in got] == [0, 1, 2] and all(m["method"] == "events.notify" for m in got)
+        assert len(links[0].writes) == 1  # the burst was one chunk, one write
+
+        # Fill the stuck peer's output past its high-water mark; from then on it is skipped, without waiting.
+        big = {"type": "big", "blob": "x" * (5 << 20)}
+        with anyio.fail_after(2):
+            assert await hub.broadcast("events.notify", big) == 2
+            await anyio.sleep(0.05)  # the reading peer writes it out; the stuck one cannot
+            assert await hub.broadcast("events.notify", {"type": "after"}) == 1
+        assert peers[1].events_dropped == 1 and peers[0].events_dropped == 0
+        assert (await conn.recv())["params"]["type"] == "big"
+        assert (await conn.recv())["params"]["type"] == "after"
+
+        unblock.set()
+        for link in links:
+            await link.to_peer.aclose()
