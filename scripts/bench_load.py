@@ -80,6 +80,15 @@ def _start_daemon(home: Path, token: str) -> tuple[subprocess.Popen[bytes], int]
     raise SystemExit("the daemon did not start")
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux `/proc`; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Worker(threading.Thread):
     """One host: its own connection and session, M turn pairs, latencies per call."""
 
@@ -154,12 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         del idle.start_ms[:WARMUP_TURNS]  # first calls pay for caches and the index load
         barrier = threading.Barrier(args.clients)
         workers = [Worker(i, port, token, args.turns, barrier) for i in range(args.clients)]
+        cpu_before = _cpu_seconds(proc.pid)
+        client_cpu_before = time.process_time()
         began = time.perf_counter()
         for worker in workers:
             worker.start()
         for worker in workers:
             worker.join()
         wall = time.perf_counter() - began
+        cpu_after = _cpu_seconds(proc.pid)
+        client_cpu_s = time.process_time() - client_cpu_before
+        cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
         with ServiceClient.connect_tcp("127.0.0.1", port, token=token) as operator:
             operator.call("memory.flush", {}, timeout=600)
             acknowledged = {t for w in [idle, *workers] for t in w.acknowledged}
@@ -176,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         proc.wait(timeout=60)
 
     starts = [ms for w in workers for ms in w.start_ms]
+    # Every client's first turn.start leaves the barrier at the same instant (a thundering herd of N
+    # calls on a 2-core machine); the later ones arrive as the clients' own pace spreads them out.
+    herd = [w.start_ms[0] for w in workers if w.start_ms]
+    steady = [ms for w in workers for ms in w.start_ms[1:]]
     ends = [ms for w in workers for ms in w.end_ms]
     errors = [e for w in [idle, *workers] for e in w.errors]
     idle_p95 = _percentile(idle.start_ms, 0.95)
@@ -185,12 +203,26 @@ def main(argv: list[str] | None = None) -> int:
         "turnsPerClient": args.turns,
         "idleTurnStart": {"p50": round(statistics.median(idle.start_ms), 1), "p95": round(idle_p95, 1)},
         "turnStart": {"p50": round(_percentile(starts, 0.5), 1), "p95": round(loaded_p95, 1)},
+        "turnStartFirstTurn": {"p50": round(_percentile(herd, 0.5), 1), "p95": round(_percentile(herd, 0.95), 1)},
+        "turnStartLaterTurns": {
+            "p50": round(_percentile(steady, 0.5), 1),
+            "p95": round(_percentile(steady, 0.95), 1),
+        },
+        "turnStartP95ByTurn": [
+            round(_percentile([w.start_ms[i] for w in workers if len(w.start_ms) > i], 0.95), 1)
+            for i in range(args.turns)
+        ],
         "turnEnd": {"p50": round(_percentile(ends, 0.5), 1), "p95": round(_percentile(ends, 0.95), 1)},
         "turnPairsPerSecond": round(len(ends) / wall, 2),
         "wallSeconds": round(wall, 1),
         "errors": len(errors),
         "lostTraces": len(acknowledged - stored),
         "turnStartP95LoadedOverIdle": round(loaded_p95 / idle_p95, 2) if idle_p95 else None,
+        "laterTurnsP95OverIdle": round(_percentile(steady, 0.95) / idle_p95, 2) if idle_p95 and steady else None,
+        "serviceCpuMsPerPair": round(cpu_s * 1000 / len(ends), 1) if cpu_s is not None and ends else None,
+        "serviceCpuCoresBusy": round(cpu_s / wall, 2) if cpu_s is not None else None,
+        "benchClientsCpuCoresBusy": round(client_cpu_s / wall, 2),
+        "cores": os.cpu_count(),
     }
     print(json.dumps(result, indent=2))
     for error in errors[:5]:
