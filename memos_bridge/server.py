@@ -76,7 +76,7 @@ def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) 
                 while len(burst) < EVENT_BURST:
                     try:
                         burst.append(receive.receive_nowait())
-                    except anyio.WouldBlock:
+                    except (anyio.WouldBlock, anyio.EndOfStream):  # nothing more now, or closing: send these
                         break
                 await hub.broadcast_many(EVENTS_NOTIFY_METHOD, burst)
 
