@@ -18,7 +18,7 @@ token budget into characters at 4 characters per token).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Final
@@ -62,6 +62,8 @@ class TraceSnippet:
     user_text: str
     agent_text: str
     tool_lines: list[str] = field(default_factory=list)
+    #: the request the step served (every step of a turn; `user_text` is shown on its first step only)
+    request: str = ""
 
 
 @dataclass
@@ -156,21 +158,27 @@ class RenderOptions:
 # ---------------------------------------------------------------- provenance
 
 
-def apply_provenance(data: RenderInput) -> tuple[list[ExperienceSnippet], list[ExperienceSnippet]]:
+def apply_provenance(
+    data: RenderInput, shown: Callable[[SkillSnippet], str] | None = None
+) -> tuple[list[ExperienceSnippet], list[ExperienceSnippet]]:
     """Split experiences into (shown in full, shown as guidance-only updates of a recalled skill).
 
     An experience a recalled skill was built from is dropped when it has not changed since the skill and the
-    skill's text carries its lesson, and reduced to its *new* guidance when it changed later (newer feedback
-    not yet rebuilt into the skill): Prefer/Avoid lines the skill already carries are left out, and an update
-    with nothing new is dropped too. A skill whose text does not carry a source's lesson (a guide drafted
-    from the task it succeeded on, say) does not stand for it: the experience is shown in full.
+    text the block *shows* for the skill (`shown`: its summary line, or the whole guide) carries its lesson,
+    and reduced to its *new* guidance when it changed later (newer feedback not yet rebuilt into the skill):
+    Prefer/Avoid lines the skill already carries are left out, and an update with nothing new is dropped too.
+    A skill whose shown text does not carry a source's lesson (a guide drafted from the task it succeeded
+    on, or a lesson kept in a section of the guide that the summary leaves out) does not stand for it: the
+    experience is shown in full. Judging by the whole guide while showing its first paragraph would hide a
+    lesson the agent never sees.
     """
+    shown = shown or (lambda skill: skill.guide)
     built_from: dict[str, int] = {}
     known_prefer: dict[str, set[str]] = {}
     known_avoid: dict[str, set[str]] = {}
     skill_text: dict[str, str] = {}
     for skill in data.skills:
-        text = _key(" ".join([skill.guide, *skill.preference, *skill.anti_pattern]))
+        text = _key(" ".join([shown(skill), *skill.preference, *skill.anti_pattern]))
         for policy_id in skill.source_policy_ids:
             built_from[policy_id] = max(built_from.get(policy_id, 0), skill.updated_at)
             known_prefer.setdefault(policy_id, set()).update(_key(line) for line in skill.preference)
@@ -253,7 +261,7 @@ def transferable_lines(lines: Sequence[str]) -> list[str]:
 _TASK_QUOTE: Final = re.compile(r"(?:;\s*learnt\s+on|\s+on)\s+“[^”]*”")
 
 
-def _without_task_quote(text: str) -> str:
+def without_task_quote(text: str) -> str:
     """A trigger or scope line without the earlier request it quotes: that request is another task's, and its
     wording can carry that task's names and values (a customer that is another task's answer); the lesson's
     subject terms and its episode id say where it came from."""
@@ -263,7 +271,7 @@ def _without_task_quote(text: str) -> str:
 def experience_body(exp: ExperienceSnippet) -> str:
     """Do/Avoid/Check/Scope by experience type; failure avoidance never reads as a recipe that worked."""
     kind = exp.experience_type
-    lines = _lines("Trigger:", _without_task_quote(exp.trigger))
+    lines = _lines("Trigger:", without_task_quote(exp.trigger))
     if kind == "failure_avoidance":  # each line of what to avoid under its own label, unnumbered
         lines += _lines("Avoid:", [*numbered_steps(exp.procedure), *exp.anti_pattern])
         lines += _lines("Instead:", exp.preference)
@@ -278,7 +286,7 @@ def experience_body(exp: ExperienceSnippet) -> str:
         lines += _lines("Do:", exp.procedure)
         lines += _lines("Avoid:", exp.anti_pattern)
     lines += _lines("Check:", exp.verification)
-    lines += _lines("Scope:", _without_task_quote(exp.boundary))
+    lines += _lines("Scope:", without_task_quote(exp.boundary))
     return "\n".join(lines)
 
 
@@ -297,6 +305,7 @@ def _skill_body(skill: SkillSnippet, options: RenderOptions) -> str:
     if options.skill_mode == "full":
         return skill.guide
     first_paragraph = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), skill.guide)
+    first_paragraph = without_task_quote(first_paragraph)  # the request it was learnt on is another task's
     return f'{clip(first_paragraph, options.skill_summary_chars)}\nFull skill: memos_skill_get(id="{skill.ref_id}")'
 
 
@@ -352,7 +361,7 @@ def render_block(data: RenderInput, *, reason: str = "turn_start", options: Rend
         return ""
     if options.mode == "compact":
         return render_compact(data, reason=reason, max_chars=options.compact_max_chars)
-    full, updates = apply_provenance(data)
+    full, updates = apply_provenance(data, lambda skill: _skill_body(skill, options))
     limit = options.snippet_max_chars
     sections: list[tuple[str, list[str]]] = []
     if data.skills:
@@ -496,13 +505,19 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
     return out
 
 
+def _compact_skill_line(skill: SkillSnippet) -> str:
+    """A skill in the compact block: its name and the first paragraph of its guide, on one line."""
+    first = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), skill.name)
+    return clip(f"{skill.name}: {without_task_quote(first)}", COMPACT_LINE_CHARS)
+
+
 def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: int = 800) -> str:
     """A small block for a small model: the recalled lessons first, one line each in their own words, then this
     session's decision repairs, environment facts and skills while the budget lasts; no ids, scope lines,
     headings or tool hints (a 1.5B model used a lesson inside the full block less well than the raw feedback).
     Steps of other tasks are shown only when nothing else was recalled (their numbers are what a small model
     copies)."""
-    full, updates = apply_provenance(data)
+    full, updates = apply_provenance(data, _compact_skill_line)
     candidates: list[str] = []
     candidates += [f"Avoid: {_unlabel(a)}" for a in data.repair_anti_pattern if a.strip()]
     candidates += [f"Prefer: {_unlabel(p)}" for p in data.repair_preference if p.strip()]
@@ -516,9 +531,7 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
         candidates += [
             _unlabel(line.lstrip("-* ")) for line in world.body.splitlines() if line.strip().startswith(("-", "*"))
         ][:2]
-    for skill in data.skills:
-        first = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), skill.name)
-        candidates.append(clip(f"{skill.name}: {first}", COMPACT_LINE_CHARS))
+    candidates += [_compact_skill_line(skill) for skill in data.skills]
     if not candidates:
         candidates += [clip(t.summary, 200) for t in data.traces]
         candidates += [clip(e.task, 200) for e in data.episodes]

@@ -174,3 +174,53 @@ def test_a_skill_that_does_not_carry_its_source_lesson_does_not_hide_it() -> Non
     carrying = replace(task_skill, guide=f"Steps: read the export. {lesson}")
     hidden = render_compact(RenderInput(skills=[carrying], experiences=[experience], query=query))
     assert hidden.count("divide each value by 1000") == 1  # once, from the skill: not repeated
+
+
+def test_a_skill_stands_for_a_lesson_only_when_the_block_shows_that_lesson() -> None:
+    """A lesson kept in a later section of a skill's guide (its Check list) is not in the summary the block
+    shows: the experience must still be shown, in the summary and the compact rendering; with the full guide
+    shown, the skill carries it."""
+    from memos_bridge.retrieval.render import ExperienceSnippet, SkillSnippet
+
+    lesson = "Larkspur stores cost in cents; /100 converts it to dollars."
+    experience = ExperienceSnippet(
+        ref_id="po_cents",
+        experience_type="repair_instruction",
+        title=lesson,
+        trigger="",
+        procedure=lesson,
+        verification="",
+        boundary="",
+        lesson=[lesson],
+        roles=["convention"],
+        updated_at=1000,
+    )
+    skill = SkillSnippet(
+        ref_id="sk_weight",
+        name="parcels_weight",
+        guide=f"# Weight in lb\n\nThe weight column is recorded in lb, not kg.\n\n## Check\n- {lesson}",
+        eta=0.9,
+        source_policy_ids=["po_cents"],
+        updated_at=2000,
+    )
+    data = RenderInput(skills=[skill], experiences=[experience], query="average cost in dollars")
+    summary = render_block(data, options=RenderOptions(skill_mode="summary"))
+    assert "(id=po_cents)" in summary
+    compact = render_block(data, options=RenderOptions(mode="compact"))
+    assert "cents" in compact
+    full = render_block(data, options=RenderOptions(skill_mode="full"))
+    assert "(id=po_cents)" not in full and full.count("converts it to dollars") == 1
+
+
+def test_a_skill_summary_does_not_quote_the_request_it_was_learnt_on() -> None:
+    from memos_bridge.retrieval.render import SkillSnippet
+
+    skill = SkillSnippet(
+        ref_id="sk_q",
+        name="weights",
+        guide="weight is in lb. Tasks involving parcels.csv; learnt on “How heavy is order 4471 (answer 16.37)?”.",
+        eta=0.5,
+    )
+    for options in (RenderOptions(), RenderOptions(mode="compact")):
+        shown = render_block(RenderInput(skills=[skill], query="parcels weight"), options=options)
+        assert "weight is in lb" in shown and "4471" not in shown and "16.37" not in shown
