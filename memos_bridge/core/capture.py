@@ -15,7 +15,16 @@ from typing import Any, Literal
 
 from memos_bridge.config import CaptureSettings
 from memos_bridge.contract.dto import ToolCallDTO, TurnResultDTO
-from memos_bridge.rules.text import args_text, clamp_head_tail, clip, first_line, first_sentence, squash, to_text
+from memos_bridge.rules.text import (
+    args_text,
+    clamp_head_tail,
+    clip,
+    first_line,
+    first_sentence,
+    restates,
+    squash,
+    to_text,
+)
 
 StepKindName = Literal["tool", "reply", "note"]
 
@@ -222,11 +231,15 @@ def extract_tags(step: StepDraft, limit: int) -> list[str]:
 # ---------------------------------------------------------------- summaries
 
 
-def tool_signature(call: dict[str, Any], limit: int) -> str:
-    """`name(key=value …) → outcome` of a stored tool call, clipped to `limit` characters."""
-    args = clip(args_text(call.get("input")), max(limit // 3, 20))
+def tool_signature(call: dict[str, Any], limit: int, results: frozenset[str] = frozenset()) -> str:
+    """`name(key=value …) → outcome` of a stored tool call, clipped to `limit` characters. Arguments and an
+    outcome that restate `results` (numbers the attempt reported as its answer) are left out, for steps
+    that are kept as a procedure for other tasks."""
+    args = clip(args_text(call.get("input"), results), max(limit // 3, 20))
     if call.get("errorCode"):
         outcome = f"error: {call['errorCode']}"
+    elif restates(call.get("output"), results):
+        outcome = ""
     else:
         outcome = clip(to_text(call.get("output")), max(limit // 2, 20))
     text = f"{call.get('name', 'tool')}({args})"

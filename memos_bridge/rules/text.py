@@ -103,9 +103,30 @@ def to_text(value: Any) -> str:
         return str(value)
 
 
-def args_text(value: Any) -> str:
+#: A number standing on its own ("16.37", "2024" of "2024-01"), not a piece of a name ("gateway.log.1", "10kg",
+#: "x0.45", "eu-west-1").
+_BARE_NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:[.,]\d+)*(?![\w.]*[A-Za-z_])")
+
+
+def bare_numbers(text: str) -> set[str]:
+    """The numbers of `text` that stand on their own (values, not parts of identifiers), without sign or
+    thousands separators."""
+    return {m.group(0).lstrip("-").replace(",", "") for m in _BARE_NUMBER.finditer(text)}
+
+
+def restates(value: Any, results: frozenset[str]) -> bool:
+    """Whether `value` holds one of `results` (numbers an attempt produced): then it is that attempt's answer,
+    not a step another task can repeat."""
+    return bool(results) and not bare_numbers(to_text(value)).isdisjoint(results)
+
+
+def args_text(value: Any, results: frozenset[str] = frozenset()) -> str:
     """Tool arguments as `key=value` pairs: readable in summaries and far fewer tokens than JSON
-    punctuation when embedded ({"cmd": "ls"} → cmd=ls)."""
+    punctuation when embedded ({"cmd": "ls"} → cmd=ls). A value that restates one of `results` is shown as
+    `key=<key>` (what a learnt procedure shows instead of another task's answer)."""
     if isinstance(value, dict):
-        return " ".join(f"{key}={v if isinstance(v, str) else to_text(v)}" for key, v in value.items())
-    return to_text(value)
+        return " ".join(
+            f"{key}=<{key}>" if restates(v, results) else f"{key}={v if isinstance(v, str) else to_text(v)}"
+            for key, v in value.items()
+        )
+    return "<input>" if restates(value, results) else to_text(value)

@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 from memos_bridge.core.capture import tool_signature
 from memos_bridge.core.learning.l2_signature import MISSING, PatternSignature, call_failed, pattern_signature
 from memos_bridge.llm.prompts import PolicyDraftOutput
-from memos_bridge.rules.text import CJK_RUN, clip, first_line, first_sentence, squash, to_text
+from memos_bridge.rules.text import CJK_RUN, bare_numbers, clip, first_line, first_sentence, restates, squash, to_text
 from memos_bridge.rules.tokens import content_tokens, normalised_key, token_similarity
 
 InducedBy = Literal["llm", "rules"]
@@ -309,29 +309,46 @@ def _collapse(columns: list[list[_Step]]) -> list[tuple[list[_Step], int]]:
     return out
 
 
-def _render_args(inputs: Sequence[Any]) -> tuple[str, list[str]]:
-    """`key=value` for values that agree across episodes, `key=<key>` for those that vary (+ examples)."""
+def _render_args(inputs: Sequence[Any], results: frozenset[str] = frozenset()) -> tuple[str, list[str]]:
+    """`key=value` for values that agree across episodes, `key=<key>` for those that vary (+ examples).
+
+    A value that restates what the attempt produced — it holds a number of `results`, the numbers the agent
+    reported that its request did not give — is shown as `key=<key>` with no example: it is that task's
+    answer (the content of the file it wrote), and recalled for another task it is a wrong value a small
+    model copies."""
     first = inputs[0]
     if first is None or first == "" or first == {}:
         return "", []
 
+    def produced(value: Any) -> bool:
+        return restates(value, results)
+
     def variants(values: Iterable[Any]) -> str:
-        seen = list(dict.fromkeys(clip(to_text(v), ARG_VALUE_CHARS) for v in values if v not in (None, "")))
+        seen = list(
+            dict.fromkeys(clip(to_text(v), ARG_VALUE_CHARS) for v in values if v not in (None, "") and not produced(v))
+        )
         return " | ".join(seen[:ARG_EXAMPLES])
 
     if not isinstance(first, dict):
+        if any(produced(item) for item in inputs):
+            return "<input>", []
         if all(to_text(item) == to_text(first) for item in inputs):
             return clip(to_text(first), ARG_VALUE_CHARS), []
         return "<input>", [f"input={variants(inputs)}"]
     parts: list[str] = []
     examples: list[str] = []
     for key in list(first)[:MAX_ARG_KEYS]:
+        values = [item.get(key) if isinstance(item, dict) else None for item in inputs]
         same = all(isinstance(item, dict) and to_text(item.get(key)) == to_text(first[key]) for item in inputs)
-        if same:
+        if any(produced(value) for value in values):
+            parts.append(f"{key}=<{key}>")
+        elif same:
             parts.append(f"{key}={clip(to_text(first[key]), ARG_VALUE_CHARS)}")
         else:
             parts.append(f"{key}=<{key}>")
-            examples.append(f"{key}={variants(item.get(key) for item in inputs if isinstance(item, dict))}")
+            shown = variants(values)
+            if shown:
+                examples.append(f"{key}={shown}")
     if len(first) > MAX_ARG_KEYS:
         parts.append("…")
     return ", ".join(parts), examples
@@ -398,8 +415,12 @@ def induce_by_rules(
     if len(collapsed) > MAX_PROCEDURE_STEPS:
         shown = [*collapsed[: MAX_PROCEDURE_STEPS - 1], collapsed[-1]]
         omitted = len(collapsed) - MAX_PROCEDURE_STEPS
+    # What the attempts produced: numbers their replies report that their requests did not give.
+    reported = {n for ep in episode_ids for t in contexts[ep] for n in bare_numbers(t.agent_text)}
+    given = {n for ep in episode_ids for t in contexts[ep] for n in bare_numbers(t.user_text)}
+    results = frozenset(reported - given)
     for number, (column, repeats) in enumerate(shown, start=1):
-        args, examples = _render_args([step.input for step in column])
+        args, examples = _render_args([step.input for step in column], results)
         line = f"{number}. Call `{column[0].name}({args})`"
         if repeats > 1:
             line += f", repeated for each item as needed (×{repeats} in the evidence)"
