@@ -17,6 +17,7 @@ never fails because of retrieval.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,8 +51,9 @@ from memos_bridge.retrieval.render import (
     TraceSnippet,
     WorldSnippet,
     render_block,
+    without_task_quote,
 )
-from memos_bridge.rules.subjects import identifiers, mentions, shares_words
+from memos_bridge.rules.subjects import FILE, identifiers, mentions, shares_words
 from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
@@ -767,6 +769,7 @@ class Retriever:
                 user_text=row.user_text if row.step_index == 0 else "",
                 agent_text=row.agent_text,
                 tool_lines=[tool_signature(call, 300) for call in (row.tool_calls_json or [])],
+                request=row.user_text,
             )
         elif kind == "policy":
             guidance = row.decision_guidance_json or {}
@@ -814,14 +817,31 @@ class Retriever:
         about (an identifier, a file it was learnt on, a unit), or whose meaning is close to it (vector cosine ≥
         `retrieval.lesson_min_similarity`). Without this, every lesson of a busy namespace reaches every task
         whose wording is vaguely alike (measured: half the tasks of unrelated task families got another
-        family's lessons). A lesson that names no subject at all needs the close match in meaning; steps and
-        skills are not gated."""
+        family's lessons). A lesson that names no subject at all needs the close match in meaning. A skill is
+        gated the same way when its summary names what it is about (files, fields, identifiers): a skill
+        crystallised from one company's export is not for another company's log.
+
+        A past step (or past task) is about the files its request named: when the request names files and the
+        step names others, the step is another task's and comes back only when its meaning is nearly the same
+        (`SAME_STEP_SIMILARITY`). A file named together with many different files (the output file a harness
+        asks every task for) is boilerplate and decides nothing."""
         floor = self._settings.lesson_min_similarity
+        files_of_steps = _step_files(candidates)
+        request_files = _specific(_files(request), files_of_steps)
         kept: list[Candidate] = []
         for cand in candidates:
             payload = cand.payload
-            gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request)
-            if gated and _vector_score(cand) < floor:
+            needed = floor
+            if isinstance(payload, TraceSnippet | EpisodeSnippet):
+                own = _specific(files_of_steps.get(cand.ref_id, []), files_of_steps)
+                gated = bool(request_files and own) and not mentions(request, own)
+                needed = SAME_STEP_SIMILARITY
+            elif isinstance(payload, SkillSnippet):
+                terms = skill_subject_terms(payload)
+                gated = bool(terms) and not mentions(request, terms)
+            else:
+                gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request)
+            if gated and _vector_score(cand) < needed:
                 continue  # not about this request's subject: only a close match in meaning brings it
             kept.append(cand)
         return kept
@@ -937,16 +957,77 @@ class Retriever:
         return data
 
 
+#: A tool call in a procedure ("read_file(", "`bash(`"): its name says how, not what the experience is about.
+_TOOL_CALL = re.compile(r"\b([A-Za-z_][\w.-]*)\(")
+#: The names on either side of an arrow in a tool chain ("read_file → write_file").
+_CHAIN_LINK = re.compile(r"([\w.-]+)\s*(?:→|->)\s*([\w.-]+)?")
+
+
+def _named_subjects(exp: ExperienceSnippet) -> list[str]:
+    """What an experience without a lesson record (a procedure induced from successes, a "what worked" note)
+    is about: the names its title and trigger give (files, fields, identifiers), without the tools it calls
+    and without the earlier request a trigger quotes."""
+    tools = {m.group(1).casefold() for m in _TOOL_CALL.finditer(f"{exp.procedure} {exp.title}")}
+    tools |= {name.casefold() for pair in _CHAIN_LINK.findall(exp.title) for name in pair if name}
+    named = identifiers(without_task_quote(f"{exp.title}\n{exp.trigger}"))
+    return [name for name in named if name.casefold() not in tools]
+
+
 def _about(payload: ExperienceSnippet | WorldSnippet, request: str) -> bool:
     """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
-    nothing, two of its own words). Experiences stored without a lesson record (L2 procedures, rows of earlier
-    versions) have no subject to judge by and are left to the ranking."""
+    nothing, two of its own words). An experience stored without a lesson record (a procedure induced from
+    successes, a "what worked" note, rows of earlier versions) is judged by the names its title and trigger
+    give; one that names nothing is left to the ranking. Without this, a success on one company's export
+    brought its procedure into every other company's tasks (measured: one task in six of unrelated
+    families)."""
     if isinstance(payload, ExperienceSnippet) and not payload.lesson:
-        return True
+        named = _named_subjects(payload)
+        return not named or mentions(request, named)
     terms = _subject_terms(payload)
     if terms:
         return mentions(request, terms)
     return isinstance(payload, ExperienceSnippet) and bool(payload.words) and shares_words(request, payload.words)
+
+
+#: A past step about other files than the request's still comes back when its meaning is this close: the same
+#: request on a renamed file. Tasks that share a harness's wording ("Write {…} to answer.json") score 0.6–0.75
+#: against each other whatever their subject, so the lessons' floor is too low for steps.
+SAME_STEP_SIMILARITY = 0.85
+
+
+def _files(text: str) -> list[str]:
+    """The file names a text mentions, each once, in order."""
+    return list(dict.fromkeys(m.group(0).casefold() for m in FILE.finditer(text)))
+
+
+def _step_files(candidates: list[Candidate]) -> dict[str, list[str]]:
+    """The files each candidate past step (its request and summary) or past task named, by candidate id."""
+    out: dict[str, list[str]] = {}
+    for cand in candidates:
+        if isinstance(cand.payload, TraceSnippet):
+            out[cand.ref_id] = _files(f"{cand.payload.request}\n{cand.payload.summary}")
+        elif isinstance(cand.payload, EpisodeSnippet):
+            out[cand.ref_id] = _files(cand.payload.task)
+    return out
+
+
+def _specific(files: list[str], files_of_steps: dict[str, list[str]]) -> list[str]:
+    """`files` without boilerplate: a file that the candidate steps name together with three or more
+    different other files (the output file a harness asks every task for) says nothing about a subject,
+    while a data file is named with the few files of its own task. Computed over this query's candidates,
+    so it adapts to whatever a namespace's tasks have in common."""
+    partners: dict[str, set[str]] = {}
+    for found in files_of_steps.values():
+        for name in found:
+            partners.setdefault(name, set()).update(other for other in found if other != name)
+    return [f for f in files if len(partners.get(f, ())) < 3]
+
+
+def skill_subject_terms(skill: SkillSnippet) -> list[str]:
+    """What a skill is about: the names its summary (the first paragraph of its guide: the lesson and its
+    trigger) gives, leaving out the request it was learnt on, which is another task's wording."""
+    first = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), "")
+    return identifiers(without_task_quote(first))
 
 
 def _subject_terms(payload: Any) -> list[str]:

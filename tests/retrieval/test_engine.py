@@ -517,3 +517,37 @@ async def test_a_two_letter_word_finds_its_row_not_longer_words_that_contain_it(
     assert about_feedback not in found or "pattern" not in (found[about_feedback].channels or [])
     if about_feedback in found:
         assert found[about_db].score > found[about_feedback].score
+
+
+def test_subject_of_a_skill_a_success_procedure_and_a_past_step() -> None:
+    """The names that decide whether a skill, an experience without a lesson record or a past step is about a
+    request: the files and identifiers it names, without tool names, quoted requests or boilerplate files."""
+    from memos_bridge.retrieval.engine import _named_subjects, _specific, skill_subject_terms
+    from memos_bridge.retrieval.render import ExperienceSnippet, SkillSnippet
+
+    skill = SkillSnippet(
+        ref_id="sk_1",
+        name="weights",
+        guide="# t\n\nweight is in lb. Tasks involving larkspur_parcels_2024.csv; learnt on “Open gateway.log now”.",
+        eta=0.5,
+    )
+    assert skill_subject_terms(skill) == ["larkspur_parcels_2024.csv"]
+    procedure = ExperienceSnippet(
+        ref_id="po_1",
+        experience_type="procedural",
+        title="Carrier handled shipments kestrel_manifest_apr13 txt many: read_file → write_file",
+        trigger="",
+        procedure="1. Call `read_file(path=kestrel_manifest_apr13.txt)`\n2. Call `write_file(path=answer.json)`",
+        verification="",
+        boundary="",
+    )
+    assert _named_subjects(procedure) == ["kestrel_manifest_apr13"]
+    steps = {
+        "tr_a": ["amberly_irrigation_2024.csv", "answer.json"],
+        "tr_b": ["brookvale_meter_reads.csv", "answer.json"],
+        "tr_c": ["cobalt_volumes.csv", "answer.json"],
+        "tr_d": ["cobalt_volumes.csv", "answer.json"],
+    }
+    # answer.json is named with three different data files: boilerplate; each data file is a subject
+    assert _specific(["cobalt_volumes.csv", "answer.json"], steps) == ["cobalt_volumes.csv"]
+    assert _specific(["answer.json"], {"tr_a": ["answer.json", "a.csv"]}) == ["answer.json"]
