@@ -147,6 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE", help="service env var")
     parser.add_argument("--out", type=Path, help="write the summary and every record as JSON")
     parser.add_argument("--service-logs", type=Path, metavar="DIR", help="keep each run's service log in DIR")
+    parser.add_argument(
+        "--learner",
+        action="store_true",
+        help="the scripted agent passes a task when every lesson it needs came back (verified success feedback), "
+        "so families grow skills; measures whether lessons still come back once they do",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
@@ -160,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for style in args.style or RUN_STYLES:
             print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
             log = args.service_logs / f"{split}-{style}.log" if args.service_logs else None
-            result = run_service(families, style, env=env, keep_log=log)
+            result = run_service(families, style, learner=args.learner, env=env, keep_log=log)
             results.append(result)
             if args.show:
                 for rec in result.records:

@@ -343,17 +343,46 @@ def naive_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
     return calls, f"Done: wrote {task.output} with {answer}."
 
 
+def expected_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
+    """A learning agent that applied the recalled lessons: it writes the expected answer."""
+    answer = json.dumps(task.expected, ensure_ascii=False)
+    calls = [
+        {"name": "read_file", "input": {"path": task.files[0] if task.files else "input"}, "output": "(read)"},
+        {"name": "write_file", "input": {"path": task.output, "content": answer}, "output": "ok"},
+    ]
+    return calls, f"Done: wrote {task.output} with {answer}."
+
+
+def success_params(task: Task, episode_id: str, trace_ids: list[str]) -> dict[str, Any]:
+    """`feedback.submit` params of a verified success."""
+    return {
+        "episodeId": episode_id,
+        "channel": "explicit",
+        "polarity": "positive",
+        "magnitude": 1.0,
+        "rationale": "Correct.",
+        "raw": {"traceIds": trace_ids, "verifier": {"task": task.id, "passed": 1, "total": 1}},
+    }
+
+
 def run_service(
     families: Sequence[Family],
     run_style: str,
     *,
+    learner: bool = False,
     env: dict[str, str] | None = None,
     home: Path | None = None,
     progress: Callable[[str], None] | None = None,
     rpc_timeout_s: float = 180.0,
     keep_log: Path | None = None,
 ) -> RunResult:
-    """Every family of `families` in order through one spawned service (module docstring)."""
+    """Every family of `families` in order through one spawned service (module docstring).
+
+    With `learner`, the scripted agent passes a task whose needed conventions were all taught earlier and
+    all came back in its injection (it writes the expected answer and gets a verified "Correct."), as an
+    agent that uses its memory would. Successes crystallise skills, so this measures whether lessons still
+    come back once a family has skills.
+    """
     started = time.perf_counter()
     records: list[TaskRecord] = []
     taught: dict[str, set[str]] = {}
@@ -398,7 +427,12 @@ def run_service(
                     record.turn_ms = round(turn_ms, 1)
                     records.append(record)
                     episode = result["query"]["episodeId"]
-                    calls, reply = naive_reply(task)
+                    passes = (
+                        learner
+                        and set(task.needs) <= taught.get(family.name, set())
+                        and (record.recalled == record.needed)
+                    )
+                    calls, reply = expected_reply(task) if passes else naive_reply(task)
                     ended = client.call(
                         "turn.end",
                         {
@@ -411,18 +445,24 @@ def run_service(
                         },
                         timeout=rpc_timeout_s,
                     )
-                    params = feedback_params(task, style, episode, list(ended.get("traceIds") or []))
+                    trace_ids = list(ended.get("traceIds") or [])
+                    if passes:
+                        params = success_params(task, episode, trace_ids)
+                    else:
+                        params = feedback_params(task, style, episode, trace_ids)
                     params["ts"] = ts + 120_000
                     client.call("feedback.submit", params, timeout=rpc_timeout_s)
                     client.call("memory.flush", {}, timeout=rpc_timeout_s)
-                    text = task.feedback_text(style)
-                    sources.append(text)
-                    feedback_texts.append(text)
+                    if not passes:
+                        text = task.feedback_text(style)
+                        sources.append(text)
+                        feedback_texts.append(text)
                     taught.setdefault(family.name, set()).update(task.needs)
                     earlier.append((family, task))
                     if progress:
                         progress(
                             f"{family.name}/{task.id} {style}: {len(record.recalled)}/{len(record.needed)} recalled"
+                            + (" (passed)" if passes else "")
                         )
             policies = client.call("memory.list_policies", {"limit": 500}, timeout=rpc_timeout_s)["policies"]
         finally:
