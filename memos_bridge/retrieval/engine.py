@@ -53,6 +53,7 @@ from memos_bridge.retrieval.render import (
     render_block,
     without_task_quote,
 )
+from memos_bridge.rules.lessons import specific_tokens
 from memos_bridge.rules.subjects import FILE, identifiers, mentions, shares_words
 from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
@@ -821,6 +822,11 @@ class Retriever:
         gated the same way when its summary names what it is about (files, fields, identifiers): a skill
         crystallised from one company's export is not for another company's log.
 
+        An experience that records past tasks (a procedure induced from successes, a "what worked" note)
+        rather than a lesson is judged like a past step by the names its title and trigger give, or, when it
+        names none, by two of its own words in the request. (Without this, a success on one
+        company's export brought its procedure into most other companies' tasks.)
+
         A past step (or past task) is about the files its request named: when the request names files and the
         step names others, the step is another task's and comes back only when its meaning is nearly the same
         (`SAME_STEP_SIMILARITY`). A file named together with many different files (the output file a harness
@@ -839,6 +845,19 @@ class Retriever:
             elif isinstance(payload, SkillSnippet):
                 terms = skill_subject_terms(payload)
                 gated = bool(terms) and not mentions(request, terms)
+            elif isinstance(payload, ExperienceSnippet) and payload.experience_type in TASK_RECORD_TYPES:
+                # A record of past tasks rather than a lesson (a procedure induced from successes, a "what
+                # worked" note): like a past step, about the names it gives, or, naming none, its own words.
+                named = _named_subjects(payload)
+                if named:
+                    gated = not mentions(request, named)
+                else:
+                    words = _record_words(payload)
+                    need = min(2, len(specific_tokens(request))) or 1  # a one-word query needs its one word
+                    gated = bool(words) and not shares_words(request, words, need)
+                needed = SAME_STEP_SIMILARITY
+            elif isinstance(payload, ExperienceSnippet) and not payload.lesson:
+                gated = False  # a preference or rule stored without a lesson record: left to the ranking
             else:
                 gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request)
             if gated and _vector_score(cand) < needed:
@@ -973,21 +992,33 @@ def _named_subjects(exp: ExperienceSnippet) -> list[str]:
     return [name for name in named if name.casefold() not in tools]
 
 
+def _record_words(exp: ExperienceSnippet) -> list[str]:
+    """The distinctive words of a task record's title that names nothing (no file or identifier), without the
+    tools it called: "billing", "gateway", "rolled" of "Billing-gateway rolled back curl …: read_file →
+    write_file". A request about the same thing uses two of them."""
+    tools = {m.group(1).casefold() for m in _TOOL_CALL.finditer(f"{exp.procedure} {exp.title}")}
+    tools |= {name.casefold() for pair in _CHAIN_LINK.findall(exp.title) for name in pair if name}
+    tokens = [t for t in specific_tokens(exp.title) if t.casefold() not in tools]
+    words = [w for w in tokens if w.isascii() and w.isalpha() and len(w) >= 2]
+    words += [w for part in tokens if "-" in part for w in part.split("-") if len(w) >= 2]
+    return list(dict.fromkeys(words))[:RECORD_WORDS]
+
+
+#: Words of a task record that names nothing kept for judging what it is about.
+RECORD_WORDS = 6
+
+
 def _about(payload: ExperienceSnippet | WorldSnippet, request: str) -> bool:
     """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
-    nothing, two of its own words). An experience stored without a lesson record (a procedure induced from
-    successes, a "what worked" note, rows of earlier versions) is judged by the names its title and trigger
-    give; one that names nothing is left to the ranking. Without this, a success on one company's export
-    brought its procedure into every other company's tasks (measured: one task in six of unrelated
-    families)."""
-    if isinstance(payload, ExperienceSnippet) and not payload.lesson:
-        named = _named_subjects(payload)
-        return not named or mentions(request, named)
+    nothing, two of its own words)."""
     terms = _subject_terms(payload)
     if terms:
         return mentions(request, terms)
     return isinstance(payload, ExperienceSnippet) and bool(payload.words) and shares_words(request, payload.words)
 
+
+#: Experience types that record how past tasks went (induced from successes) rather than a lesson someone gave.
+TASK_RECORD_TYPES: frozenset[str] = frozenset({"procedural", "success_pattern"})
 
 #: A past step about other files than the request's still comes back when its meaning is this close: the same
 #: request on a renamed file. Tasks that share a harness's wording ("Write {…} to answer.json") score 0.6–0.75
