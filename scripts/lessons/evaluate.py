@@ -333,24 +333,24 @@ def count_experiences(families: Sequence[Family], experiences: Iterable[dict[str
     return out
 
 
-def naive_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
-    """The scripted agent's steps and reply: it writes the naive answer and says what it found."""
-    answer = json.dumps(task.naive, ensure_ascii=False)
+def _reply(task: Task, answer_value: Any) -> tuple[list[dict[str, Any]], str]:
+    """The scripted agent's steps and reply: it writes `answer_value` and says what it found."""
+    answer = json.dumps(answer_value, ensure_ascii=False)
     calls = [
         {"name": "read_file", "input": {"path": task.files[0] if task.files else "input"}, "output": "(read)"},
         {"name": "write_file", "input": {"path": task.output, "content": answer}, "output": "ok"},
     ]
     return calls, f"Done: wrote {task.output} with {answer}."
+
+
+def naive_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
+    """The naive agent: it writes the naive answer."""
+    return _reply(task, task.naive)
 
 
 def expected_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
     """A learning agent that applied the recalled lessons: it writes the expected answer."""
-    answer = json.dumps(task.expected, ensure_ascii=False)
-    calls = [
-        {"name": "read_file", "input": {"path": task.files[0] if task.files else "input"}, "output": "(read)"},
-        {"name": "write_file", "input": {"path": task.output, "content": answer}, "output": "ok"},
-    ]
-    return calls, f"Done: wrote {task.output} with {answer}."
+    return _reply(task, task.expected)
 
 
 def success_params(task: Task, episode_id: str, trace_ids: list[str]) -> dict[str, Any]:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from memos_bridge.retrieval.query import keyword_query
-from memos_bridge.retrieval.render import RenderInput, RenderOptions, TraceSnippet, escape_markers, render_block
+from memos_bridge.retrieval.render import (
+    ExperienceSnippet,
+    RenderInput,
+    RenderOptions,
+    TraceSnippet,
+    escape_markers,
+    render_block,
+)
 
 
 def test_keyword_query_drops_function_words_and_routes_identifiers_to_trigram() -> None:
@@ -142,14 +149,10 @@ def test_latin_two_letter_words_are_matched_whole_not_inside_longer_words() -> N
     assert set(keyword_query("数据库迁移 DB").pattern) == {"数据", "据库", "库迁", "迁移"}
 
 
-def test_a_skill_that_does_not_carry_its_source_lesson_does_not_hide_it() -> None:
-    """A skill drafted from the task it succeeded on ("… misting log. For the north zone …") stands for its
-    source experience only when its text holds the lesson; otherwise the lesson is still shown."""
-    from memos_bridge.retrieval.render import ExperienceSnippet, SkillSnippet, render_compact
-
-    lesson = "In the irrigation export the water column holds millilitres: divide each value by 1000."
-    experience = ExperienceSnippet(
-        ref_id="po_water",
+def _convention(ref_id: str, lesson: str) -> ExperienceSnippet:
+    """An experience holding one convention in the feedback's words, learnt before the skills below."""
+    return ExperienceSnippet(
+        ref_id=ref_id,
         experience_type="repair_instruction",
         title=lesson,
         trigger="",
@@ -160,6 +163,15 @@ def test_a_skill_that_does_not_carry_its_source_lesson_does_not_hide_it() -> Non
         roles=["convention"],
         updated_at=1000,
     )
+
+
+def test_a_skill_that_does_not_carry_its_source_lesson_does_not_hide_it() -> None:
+    """A skill drafted from the task it succeeded on ("… misting log. For the north zone …") stands for its
+    source experience only when its text holds the lesson; otherwise the lesson is still shown."""
+    from memos_bridge.retrieval.render import SkillSnippet, render_compact
+
+    lesson = "In the irrigation export the water column holds millilitres: divide each value by 1000."
+    experience = _convention("po_water", lesson)
     task_skill = SkillSnippet(
         ref_id="sk_task",
         name="misting_log_totals",
@@ -180,21 +192,10 @@ def test_a_skill_stands_for_a_lesson_only_when_the_block_shows_that_lesson() -> 
     """A lesson kept in a later section of a skill's guide (its Check list) is not in the summary the block
     shows: the experience must still be shown, in the summary and the compact rendering; with the full guide
     shown, the skill carries it."""
-    from memos_bridge.retrieval.render import ExperienceSnippet, SkillSnippet
+    from memos_bridge.retrieval.render import SkillSnippet
 
     lesson = "Larkspur stores cost in cents; /100 converts it to dollars."
-    experience = ExperienceSnippet(
-        ref_id="po_cents",
-        experience_type="repair_instruction",
-        title=lesson,
-        trigger="",
-        procedure=lesson,
-        verification="",
-        boundary="",
-        lesson=[lesson],
-        roles=["convention"],
-        updated_at=1000,
-    )
+    experience = _convention("po_cents", lesson)
     skill = SkillSnippet(
         ref_id="sk_weight",
         name="parcels_weight",
