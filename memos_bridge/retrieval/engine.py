@@ -51,6 +51,7 @@ from memos_bridge.retrieval.render import (
     TraceSnippet,
     WorldSnippet,
     render_block,
+    skill_summary,
     without_task_quote,
 )
 from memos_bridge.rules.lessons import specific_tokens
@@ -833,13 +834,15 @@ class Retriever:
         asks every task for) is boilerplate and decides nothing."""
         floor = self._settings.lesson_min_similarity
         files_of_steps = _step_files(candidates)
-        request_files = _specific(_files(request), files_of_steps)
+        boilerplate = _boilerplate_files(files_of_steps)
+        request_files = [f for f in _files(request) if f not in boilerplate]
+        request_words = min(2, len(specific_tokens(request))) or 1  # a one-word query needs its one word
         kept: list[Candidate] = []
         for cand in candidates:
             payload = cand.payload
             needed = floor
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
-                own = _specific(files_of_steps.get(cand.ref_id, []), files_of_steps)
+                own = [f for f in files_of_steps.get(cand.ref_id, []) if f not in boilerplate]
                 gated = bool(request_files and own) and not mentions(request, own)
                 needed = SAME_STEP_SIMILARITY
             elif isinstance(payload, SkillSnippet):
@@ -853,8 +856,7 @@ class Retriever:
                     gated = not mentions(request, named)
                 else:
                     words = _record_words(payload)
-                    need = min(2, len(specific_tokens(request))) or 1  # a one-word query needs its one word
-                    gated = bool(words) and not shares_words(request, words, need)
+                    gated = bool(words) and not shares_words(request, words, request_words)
                 needed = SAME_STEP_SIMILARITY
             elif isinstance(payload, ExperienceSnippet) and not payload.lesson:
                 gated = False  # a preference or rule stored without a lesson record: left to the ranking
@@ -982,12 +984,17 @@ _TOOL_CALL = re.compile(r"\b([A-Za-z_][\w.-]*)\(")
 _CHAIN_LINK = re.compile(r"([\w.-]+)\s*(?:→|->)\s*([\w.-]+)?")
 
 
-def _named_subjects(exp: ExperienceSnippet) -> list[str]:
-    """What an experience without a lesson record (a procedure induced from successes, a "what worked" note)
-    is about: the names its title and trigger give (files, fields, identifiers), without the tools it calls
-    and without the earlier request a trigger quotes."""
+def _tool_names(exp: ExperienceSnippet) -> set[str]:
+    """The tools a task record calls (case-folded): they say how it was done, not what it was about."""
     tools = {m.group(1).casefold() for m in _TOOL_CALL.finditer(f"{exp.procedure} {exp.title}")}
-    tools |= {name.casefold() for pair in _CHAIN_LINK.findall(exp.title) for name in pair if name}
+    return tools | {name.casefold() for pair in _CHAIN_LINK.findall(exp.title) for name in pair if name}
+
+
+def _named_subjects(exp: ExperienceSnippet) -> list[str]:
+    """What a task record (a procedure induced from successes, a "what worked" note) is about: the names its
+    title and trigger give (files, fields, identifiers), without the tools it calls and without the earlier
+    request a trigger quotes."""
+    tools = _tool_names(exp)
     named = identifiers(without_task_quote(f"{exp.title}\n{exp.trigger}"))
     return [name for name in named if name.casefold() not in tools]
 
@@ -996,8 +1003,7 @@ def _record_words(exp: ExperienceSnippet) -> list[str]:
     """The distinctive words of a task record's title that names nothing (no file or identifier), without the
     tools it called: "billing", "gateway", "rolled" of "Billing-gateway rolled back curl …: read_file →
     write_file". A request about the same thing uses two of them."""
-    tools = {m.group(1).casefold() for m in _TOOL_CALL.finditer(f"{exp.procedure} {exp.title}")}
-    tools |= {name.casefold() for pair in _CHAIN_LINK.findall(exp.title) for name in pair if name}
+    tools = _tool_names(exp)
     tokens = [t for t in specific_tokens(exp.title) if t.casefold() not in tools]
     words = [w for w in tokens if w.isascii() and w.isalpha() and len(w) >= 2]
     words += [w for part in tokens if "-" in part for w in part.split("-") if len(w) >= 2]
@@ -1042,23 +1048,22 @@ def _step_files(candidates: list[Candidate]) -> dict[str, list[str]]:
     return out
 
 
-def _specific(files: list[str], files_of_steps: dict[str, list[str]]) -> list[str]:
-    """`files` without boilerplate: a file that the candidate steps name together with three or more
-    different other files (the output file a harness asks every task for) says nothing about a subject,
-    while a data file is named with the few files of its own task. Computed over this query's candidates,
-    so it adapts to whatever a namespace's tasks have in common."""
+def _boilerplate_files(files_of_steps: dict[str, list[str]]) -> frozenset[str]:
+    """Files the candidate steps name together with three or more different other files (the output file a
+    harness asks every task for): they say nothing about a subject, while a data file is named with the few
+    files of its own task. Computed over this query's candidates, so it adapts to whatever a namespace's
+    tasks have in common."""
     partners: dict[str, set[str]] = {}
     for found in files_of_steps.values():
         for name in found:
             partners.setdefault(name, set()).update(other for other in found if other != name)
-    return [f for f in files if len(partners.get(f, ())) < 3]
+    return frozenset(name for name, others in partners.items() if len(others) >= 3)
 
 
 def skill_subject_terms(skill: SkillSnippet) -> list[str]:
     """What a skill is about: the names its summary (the first paragraph of its guide: the lesson and its
-    trigger) gives, leaving out the request it was learnt on, which is another task's wording."""
-    first = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), "")
-    return identifiers(without_task_quote(first))
+    trigger, not the request it was learnt on) gives."""
+    return identifiers(skill_summary(skill))
 
 
 def _subject_terms(payload: Any) -> list[str]:

@@ -301,11 +301,17 @@ def _trace_body(snippet: TraceSnippet) -> str:
     return "\n".join(lines)
 
 
+def skill_summary(skill: SkillSnippet) -> str:
+    """A skill's first paragraph (its lesson and trigger), without the request it was learnt on (another
+    task's wording): what the block shows for it and what it is about; "" for a guide with no paragraph."""
+    first = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), "")
+    return without_task_quote(first)
+
+
 def _skill_body(skill: SkillSnippet, options: RenderOptions) -> str:
     if options.skill_mode == "full":
         return skill.guide
-    first_paragraph = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), skill.guide)
-    first_paragraph = without_task_quote(first_paragraph)  # the request it was learnt on is another task's
+    first_paragraph = skill_summary(skill) or skill.guide
     return f'{clip(first_paragraph, options.skill_summary_chars)}\nFull skill: memos_skill_get(id="{skill.ref_id}")'
 
 
@@ -507,8 +513,7 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
 
 def _compact_skill_line(skill: SkillSnippet) -> str:
     """A skill in the compact block: its name and the first paragraph of its guide, on one line."""
-    first = next((p for p in skill.guide.split("\n\n") if p.strip() and not p.startswith("#")), skill.name)
-    return clip(f"{skill.name}: {without_task_quote(first)}", COMPACT_LINE_CHARS)
+    return clip(f"{skill.name}: {skill_summary(skill) or skill.name}", COMPACT_LINE_CHARS)
 
 
 def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: int = 800) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 _WS = re.compile(r"\s+")
@@ -112,6 +112,12 @@ def bare_numbers(text: str) -> set[str]:
     """The numbers of `text` that stand on their own (values, not parts of identifiers), without sign or
     thousands separators."""
     return {m.group(0).lstrip("-").replace(",", "") for m in _BARE_NUMBER.finditer(text)}
+
+
+def produced_numbers(reported: Iterable[str], given: Iterable[str]) -> frozenset[str]:
+    """What attempts produced: the bare numbers their replies (`reported`) state that their requests (`given`)
+    did not."""
+    return frozenset(set().union(*map(bare_numbers, reported)) - set().union(*map(bare_numbers, given)))
 
 
 def restates(value: Any, results: frozenset[str]) -> bool:

@@ -522,7 +522,7 @@ async def test_a_two_letter_word_finds_its_row_not_longer_words_that_contain_it(
 def test_subject_of_a_skill_a_success_procedure_and_a_past_step() -> None:
     """The names that decide whether a skill, an experience without a lesson record or a past step is about a
     request: the files and identifiers it names, without tool names, quoted requests or boilerplate files."""
-    from memos_bridge.retrieval.engine import _named_subjects, _specific, skill_subject_terms
+    from memos_bridge.retrieval.engine import _boilerplate_files, _named_subjects, skill_subject_terms
     from memos_bridge.retrieval.render import ExperienceSnippet, SkillSnippet
 
     skill = SkillSnippet(
@@ -549,5 +549,5 @@ def test_subject_of_a_skill_a_success_procedure_and_a_past_step() -> None:
         "tr_d": ["cobalt_volumes.csv", "answer.json"],
     }
     # answer.json is named with three different data files: boilerplate; each data file is a subject
-    assert _specific(["cobalt_volumes.csv", "answer.json"], steps) == ["cobalt_volumes.csv"]
-    assert _specific(["answer.json"], {"tr_a": ["answer.json", "a.csv"]}) == ["answer.json"]
+    assert _boilerplate_files(steps) == {"answer.json"}
+    assert _boilerplate_files({"tr_a": ["answer.json", "a.csv"]}) == set()

@@ -45,7 +45,16 @@ from numpy.typing import NDArray
 from memos_bridge.core.capture import tool_signature
 from memos_bridge.core.learning.l2_signature import MISSING, PatternSignature, call_failed, pattern_signature
 from memos_bridge.llm.prompts import PolicyDraftOutput
-from memos_bridge.rules.text import CJK_RUN, bare_numbers, clip, first_line, first_sentence, restates, squash, to_text
+from memos_bridge.rules.text import (
+    CJK_RUN,
+    clip,
+    first_line,
+    first_sentence,
+    produced_numbers,
+    restates,
+    squash,
+    to_text,
+)
 from memos_bridge.rules.tokens import content_tokens, normalised_key, token_similarity
 
 InducedBy = Literal["llm", "rules"]
@@ -320,17 +329,13 @@ def _render_args(inputs: Sequence[Any], results: frozenset[str] = frozenset()) -
     if first is None or first == "" or first == {}:
         return "", []
 
-    def produced(value: Any) -> bool:
-        return restates(value, results)
-
     def variants(values: Iterable[Any]) -> str:
-        seen = list(
-            dict.fromkeys(clip(to_text(v), ARG_VALUE_CHARS) for v in values if v not in (None, "") and not produced(v))
-        )
+        kept = (v for v in values if v not in (None, "") and not restates(v, results))
+        seen = list(dict.fromkeys(clip(to_text(v), ARG_VALUE_CHARS) for v in kept))
         return " | ".join(seen[:ARG_EXAMPLES])
 
     if not isinstance(first, dict):
-        if any(produced(item) for item in inputs):
+        if any(restates(item, results) for item in inputs):
             return "<input>", []
         if all(to_text(item) == to_text(first) for item in inputs):
             return clip(to_text(first), ARG_VALUE_CHARS), []
@@ -340,7 +345,7 @@ def _render_args(inputs: Sequence[Any], results: frozenset[str] = frozenset()) -
     for key in list(first)[:MAX_ARG_KEYS]:
         values = [item.get(key) if isinstance(item, dict) else None for item in inputs]
         same = all(isinstance(item, dict) and to_text(item.get(key)) == to_text(first[key]) for item in inputs)
-        if any(produced(value) for value in values):
+        if any(restates(value, results) for value in values):
             parts.append(f"{key}=<{key}>")
         elif same:
             parts.append(f"{key}={clip(to_text(first[key]), ARG_VALUE_CHARS)}")
@@ -416,9 +421,8 @@ def induce_by_rules(
         shown = [*collapsed[: MAX_PROCEDURE_STEPS - 1], collapsed[-1]]
         omitted = len(collapsed) - MAX_PROCEDURE_STEPS
     # What the attempts produced: numbers their replies report that their requests did not give.
-    reported = {n for ep in episode_ids for t in contexts[ep] for n in bare_numbers(t.agent_text)}
-    given = {n for ep in episode_ids for t in contexts[ep] for n in bare_numbers(t.user_text)}
-    results = frozenset(reported - given)
+    traces = [t for ep in episode_ids for t in contexts[ep]]
+    results = produced_numbers((t.agent_text for t in traces), (t.user_text for t in traces))
     for number, (column, repeats) in enumerate(shown, start=1):
         args, examples = _render_args([step.input for step in column], results)
         line = f"{number}. Call `{column[0].name}({args})`"

@@ -47,7 +47,7 @@ from memos_bridge.core.mappers import policy_dto
 from memos_bridge.core.namespace import list_scope, row_scope
 from memos_bridge.ids import new_id
 from memos_bridge.rules.subjects import Subject
-from memos_bridge.rules.text import bare_numbers, clip, numbered, numbered_steps, to_text
+from memos_bridge.rules.text import clip, numbered, numbered_steps, produced_numbers, to_text
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import fts_search
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, PolicyRow, TraceRow, TurnRow
@@ -97,7 +97,7 @@ def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequen
     reply = next((t.agent_text for t in reversed(traces) if t.step_kind == "reply" and t.agent_text.strip()), "")
     # What the attempt produced (numbers its reply reports that no request gave): a kept step shows its
     # place, not that answer, which is wrong for any other task.
-    results = frozenset(bare_numbers(reply) - bare_numbers(" ".join(asks)))
+    results = produced_numbers([reply], asks)
     for trace in traces:
         for call in trace.tool_calls_json or []:
             if not isinstance(call, dict):
