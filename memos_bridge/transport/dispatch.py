@@ -351,6 +351,14 @@ def encode_message(message: Any) -> bytes:
         return json.dumps(message, separators=_SEPARATORS, allow_nan=False).encode("ascii") + b"\n"
 
 
+def encode_notification(method: str, params: Any = None) -> bytes:
+    """One JSON-RPC notification line (no id: no reply expected); `params` left out when None."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode_message(message)
+
+
 def encode_reply(reply: Any) -> bytes:
     """Encode a reply; a result that cannot be serialised becomes an internal error for its id only."""
     try:

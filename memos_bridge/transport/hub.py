@@ -17,7 +17,7 @@ import anyio.lowlevel
 
 from memos_bridge.timeutil import now_ms
 from memos_bridge.transport.context import current_peer
-from memos_bridge.transport.dispatch import encode_message
+from memos_bridge.transport.dispatch import encode_notification
 from memos_bridge.transport.peer import Peer
 
 logger = logging.getLogger(__name__)
@@ -69,13 +69,7 @@ class PeerHub:
         queue past the high-water mark) misses them: one slow host must not hold up the others or the
         service. Returns how many peers accepted the chunk.
         """
-        lines = []
-        for params in params_list:
-            message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-            if params is not None:
-                message["params"] = params
-            lines.append(encode_message(message))
-        chunk = b"".join(lines)
+        chunk = b"".join(encode_notification(method, params) for params in params_list)
         delivered = sum(1 for peer in self.peers if peer.notify_encoded_nowait(chunk))
         await anyio.lowlevel.checkpoint()
         return delivered

@@ -46,6 +46,7 @@ from memos_bridge.transport.dispatch import (
     MethodTable,
     dispatch,
     encode_message,
+    encode_notification,
     encode_reply,
     parse_error_response,
     prepare_methods,
@@ -258,10 +259,7 @@ class Peer:
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no reply expected). Raises `MemosError(transport_closed)` when closed."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        if not await self._outbox.put(encode_message(message)):
+        if not await self._outbox.put(encode_notification(method, params)):
             raise MemosError(ErrorCode.TRANSPORT_CLOSED, f"cannot send {method}: connection closed")
 
     def notify_encoded_nowait(self, line: bytes) -> bool:
