@@ -17,7 +17,7 @@ from anyio.abc import TaskStatus
 
 from memos_bridge.config import Settings, ensure_home
 from memos_bridge.contract.dto import CoreEventDTO
-from memos_bridge.contract.events import EVENTS_NOTIFY_METHOD, EventType
+from memos_bridge.contract.events import EventType
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.facade import MemoryCore
 from memos_bridge.embedding.factory import create_embedder
@@ -61,7 +61,7 @@ async def open_core(settings: Settings, hub: PeerHub) -> MemoryCore:
 
 
 def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) -> Callable[[], None]:
-    """Push every core event to connected clients as `events.notify`, in emission order.
+    """Push every core event to the clients of its namespace as `events.notify`, in emission order.
 
     Listeners must not block, so events go through a bounded queue to one sender task; when clients
     cannot keep up the oldest pressure is relieved by dropping new events (logged), never by stalling core.
@@ -78,7 +78,7 @@ def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) 
                         burst.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):  # nothing more now, or closing: send these
                         break
-                await hub.broadcast_many(EVENTS_NOTIFY_METHOD, burst)
+                await hub.send_events(burst)
 
     def on_event(event: CoreEventDTO) -> None:
         try:
@@ -90,6 +90,7 @@ def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) 
 
     group.start_soon(pump)
     unsubscribe = core.events.subscribe(on_event)
+    core.events.on_enter(hub.join)  # a request's connection joins the namespaces it works in
 
     def stop() -> None:
         unsubscribe()

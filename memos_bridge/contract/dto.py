@@ -751,13 +751,34 @@ class AuthParams(WireModel):
     token: str
 
 
+class EventsSubscribeParams(WireModel):
+    """`events.subscribe`: receive the events of another namespace too, or of every one (`"*"`)."""
+
+    namespace: RuntimeNamespace | Literal["*"] = Field(
+        ...,
+        description='The namespace whose events this connection receives from now on; "*" = every namespace '
+        "(operator view, only on a TCP connection authenticated with the token).",
+    )
+
+
+class EventNamespaceDTO(WireModel):
+    """The namespace an event belongs to; a connection receives it only when it works in that namespace."""
+
+    profile_id: str
+    workspace_id: str | None = None
+
+
 class CoreEventDTO(WireModel):
-    """Params of the `events.notify` server notification."""
+    """Params of the `events.notify` server notification.
+
+    `namespace` is null for events about the service as a whole (started, learning flushed), which every
+    connection receives."""
 
     type: str
     ts: int
     seq: int
     correlation_id: str | None = None
+    namespace: EventNamespaceDTO | None = None
     payload: dict[str, Any]
 
 

@@ -321,6 +321,16 @@ METHODS: tuple[MethodSpec, ...] = (
         errors=(ErrorCode.SKILL_NOT_FOUND, *_COMMON),
         tags=("skill",),
     ),
+    MethodSpec(
+        "events.subscribe",
+        "Receive `events.notify` of a namespace besides the ones this connection works in (a connection gets "
+        "the default namespace's events and those of every session it opens or runs turns in), or of all "
+        'namespaces with "*".',
+        dto.EventsSubscribeParams,
+        dto.OkResult,
+        errors=_COMMON,
+        tags=("events",),
+    ),
 )
 
 SERVER_TO_CLIENT: tuple[MethodSpec, ...] = (

@@ -22,13 +22,13 @@ from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.background import BackgroundWork
-from memos_bridge.core.events import EventBus
+from memos_bridge.core.events import EventBus, scope_of
 from memos_bridge.core.learning import experiences, skill_lifecycle, world_store
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
-from memos_bridge.core.namespace import list_scope, row_scope
+from memos_bridge.core.namespace import list_scope, owner_for, row_scope
 from memos_bridge.core.sessions import SessionService
 from memos_bridge.core.strength import StrengthService
 from memos_bridge.core.turns import TurnService
@@ -367,6 +367,17 @@ class MemoryCore:
 
     async def restore_skill(self, params: dto.SkillIdParams) -> dto.OkResult:
         return await skill_lifecycle.restore_skill(self.learning.ctx, params)
+
+    # ------------------------------------------------------------ events
+
+    async def subscribe_events(self, params: dto.EventsSubscribeParams) -> dto.OkResult:
+        """The caller's connection receives a further namespace's events (the `"*"` gate is the handler's)."""
+        if params.namespace == dto.ALL_NAMESPACES:
+            self.events.watch_all()
+        else:
+            owner = owner_for("unknown", params.namespace)
+            self.events.enter(scope_of(owner))
+        return dto.OkResult()
 
 
 def _preview(row: Any, first_user_texts: dict[str, str]) -> str:

@@ -21,7 +21,7 @@ from memos_bridge.config import SessionSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
-from memos_bridge.core.events import EventBus
+from memos_bridge.core.events import EventBus, EventScope, scope_of
 from memos_bridge.core.namespace import owner_for
 from memos_bridge.core.relation import EpisodeContext, RelationDecision, classify_relation
 from memos_bridge.ids import new_id
@@ -31,7 +31,7 @@ from memos_bridge.storage.models import EpisodeRow, SessionRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.timeutil import now_ms
 
-PendingEvent = tuple[EventType, dict[str, Any]]
+PendingEvent = tuple[EventType, dict[str, Any], EventScope]
 EpisodeFinalizedHook = Callable[[str, str], None]
 
 
@@ -42,8 +42,9 @@ class Outbox:
     events: list[PendingEvent] = field(default_factory=list)
     finalized: list[tuple[str, str]] = field(default_factory=list)  # (episode id, reason)
 
-    def add(self, event_type: EventType, payload: dict[str, Any]) -> None:
-        self.events.append((event_type, payload))
+    def add(self, event_type: EventType, payload: dict[str, Any], row: SessionRow | EpisodeRow) -> None:
+        """Queue an event about `row` (a session or an episode), in that row's namespace."""
+        self.events.append((event_type, payload, scope_of(row)))
 
 
 def owner_of(row: SessionRow | EpisodeRow) -> OwnerFilter:
@@ -70,7 +71,7 @@ def ensure_session_sync(
             owner_workspace_id=owner.workspace_id,
         )
         repos.add(db, row)
-        outbox.add(EventType.SESSION_OPENED, {"sessionId": session_id, "agent": agent})
+        outbox.add(EventType.SESSION_OPENED, {"sessionId": session_id, "agent": agent}, row)
     else:
         row.last_seen_at = max(row.last_seen_at, now)
         row.closed_at = None
@@ -92,7 +93,7 @@ def new_episode_sync(db: Session, outbox: Outbox, session: SessionRow, now: int,
         owner_workspace_id=session.owner_workspace_id,
     )
     repos.add(db, episode)
-    outbox.add(EventType.EPISODE_OPENED, {"sessionId": session.id, "episodeId": episode.id})
+    outbox.add(EventType.EPISODE_OPENED, {"sessionId": session.id, "episodeId": episode.id}, episode)
     return episode
 
 
@@ -106,6 +107,7 @@ def finalize_episode_sync(outbox: Outbox, episode: EpisodeRow, reason: str, now:
     outbox.add(
         EventType.EPISODE_CLOSED,
         {"sessionId": episode.session_id, "episodeId": episode.id, "reason": reason},
+        episode,
     )
     outbox.finalized.append((episode.id, reason))
 
@@ -118,7 +120,9 @@ def reopen_episode_sync(outbox: Outbox, episode: EpisodeRow) -> None:
     episode.ended_at = None
     episode.meta_json = {**(episode.meta_json or {}), "reopenedFrom": episode.close_reason}
     episode.close_reason = None
-    outbox.add(EventType.EPISODE_OPENED, {"sessionId": episode.session_id, "episodeId": episode.id, "reopened": True})
+    outbox.add(
+        EventType.EPISODE_OPENED, {"sessionId": episode.session_id, "episodeId": episode.id, "reopened": True}, episode
+    )
 
 
 def require_session_sync(db: Session, session_id: str) -> SessionRow:
@@ -281,9 +285,16 @@ class SessionService:
         self._settings = settings
         self.finalized_hooks: list[EpisodeFinalizedHook] = []
 
-    def publish(self, outbox: Outbox) -> None:
-        for event_type, payload in outbox.events:
-            self._events.emit(event_type, payload)
+    def publish(self, outbox: Outbox, *, request: bool = False) -> None:
+        """Emit the outbox's events and run the finalisation hooks, after its transaction committed.
+
+        `request`: the outbox belongs to the request being served, whose connection thereby joins the
+        namespace of the rows it touched (so it receives their events)."""
+        if request:
+            for scope in dict.fromkeys(scope for _type, _payload, scope in outbox.events):
+                self._events.enter(scope)
+        for event_type, payload, scope in outbox.events:
+            self._events.emit(event_type, payload, scope=scope)
         for episode_id, reason in outbox.finalized:
             for hook in self.finalized_hooks:
                 hook(episode_id, reason)
@@ -291,7 +302,7 @@ class SessionService:
     async def open_session(self, params: dto.SessionOpenParams) -> dto.SessionOpenResult:
         session_id = params.session_id or new_id("session")
 
-        def work(db: Session) -> Outbox:
+        def work(db: Session) -> tuple[Outbox, EventScope]:
             outbox = Outbox()
             existing = repos.get_session(db, session_id)
             if existing is not None and params.namespace is not None:
@@ -305,9 +316,11 @@ class SessionService:
             row = ensure_session_sync(db, outbox, session_id, params.agent, params.namespace, now_ms())
             if params.meta:
                 row.meta_json = {**(row.meta_json or {}), **params.meta}
-            return outbox
+            return outbox, scope_of(row)
 
-        self.publish(await self._db.write(work))
+        outbox, scope = await self._db.write(work)
+        self._events.enter(scope)  # an existing session has no event to publish, yet its opener joins it
+        self.publish(outbox)
         return dto.SessionOpenResult(session_id=session_id)
 
     async def close_session(self, params: dto.SessionCloseParams) -> dto.OkResult:
@@ -318,10 +331,10 @@ class SessionService:
             for episode in repos.open_episodes(db, row.id):
                 finalize_episode_sync(outbox, episode, "session_closed", now)
             row.closed_at = now
-            outbox.add(EventType.SESSION_CLOSED, {"sessionId": row.id})
+            outbox.add(EventType.SESSION_CLOSED, {"sessionId": row.id}, row)
             return outbox
 
-        self.publish(await self._db.write(work))
+        self.publish(await self._db.write(work), request=True)
         return dto.OkResult()
 
     async def open_episode(self, params: dto.EpisodeOpenParams) -> dto.EpisodeOpenResult:
@@ -340,7 +353,7 @@ class SessionService:
             return outbox, episode.id
 
         outbox, episode_id = await self._db.write(work)
-        self.publish(outbox)
+        self.publish(outbox, request=True)
         return dto.EpisodeOpenResult(episode_id=episode_id)
 
     async def close_episode(self, params: dto.EpisodeCloseParams) -> dto.OkResult:
@@ -352,5 +365,5 @@ class SessionService:
             finalize_episode_sync(outbox, episode, "explicit", now_ms())
             return outbox
 
-        self.publish(await self._db.write(work))
+        self.publish(await self._db.write(work), request=True)
         return dto.OkResult()

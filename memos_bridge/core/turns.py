@@ -30,7 +30,7 @@ from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
 from memos_bridge.core.background import BackgroundWork, Write, WriteBehind
 from memos_bridge.core.capture import StepDraft, extract_steps
-from memos_bridge.core.events import EventBus
+from memos_bridge.core.events import EventBus, scope_of
 from memos_bridge.core.learning.queue import ForegroundGate
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.relation import RelationDecision
@@ -261,6 +261,7 @@ class TurnService:
                     budget_ms,
                 )
         begun = await self._db.write(lambda db: self._begin_turn_sync(db, params, decide))
+        self._events.enter(scope_of(begun.owner))
         self._sessions.publish(begun.outbox)
         self._remember_owner(begun.session_id, begun.owner)
         self.on_activity(begun.episode_id)
@@ -390,6 +391,7 @@ class TurnService:
             assert resolved is not None
             steps = extract_steps(params, resolved.user_text, resolved.turn_id, self._settings.capture)
         turn = resolved
+        self._events.enter(scope_of(episode))
         self.on_activity(episode.id)
         fresh = [s for s in steps if s.key not in known]
         vectors, embed_error = await self._embed_steps(fresh)

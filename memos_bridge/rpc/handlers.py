@@ -57,6 +57,7 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "skill.get": core.get_skill,
         "skill.archive": core.archive_skill,
         "skill.restore": core.restore_skill,
+        "events.subscribe": core.subscribe_events,
     }
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
+from memos_bridge.core.events import EventScope, scope_of
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.experiences import experience_stage
 from memos_bridge.core.learning.l2 import l2_stage
@@ -94,6 +95,14 @@ class LearningService:
     # ------------------------------------------------------------------ the chain
 
     async def _chain(self, episode_id: str, trigger: str) -> ChainReport:
+        """Run the stages for one episode; their events belong to the episode's namespace."""
+        scope = await self.ctx.db.read(lambda db: _episode_scope(db, episode_id))
+        if scope is None:
+            return await self._run_stages(episode_id, trigger)
+        with self.ctx.events.scoped(scope):
+            return await self._run_stages(episode_id, trigger)
+
+    async def _run_stages(self, episode_id: str, trigger: str) -> ChainReport:
         report = ChainReport(episode_id, trigger)
         self.last_reports[episode_id] = report
         if len(self.last_reports) > 256:
@@ -153,6 +162,7 @@ class LearningService:
             raise MemosError(ErrorCode.INVALID_ARGUMENT, "feedback.submit needs episodeId or traceId")
         row, created = await self.ctx.db.write(lambda db: self._store_feedback(db, params))
         feedback = _feedback_dto(row)
+        self.ctx.events.enter(scope_of(row))
         if not created:
             return feedback
         self.ctx.events.emit(
@@ -317,6 +327,11 @@ class LearningService:
                 await self.sweep_stale()
             except Exception:
                 log.exception("stale-topic sweep failed")
+
+
+def _episode_scope(db: Session, episode_id: str) -> EventScope | None:
+    episode = db.get(EpisodeRow, episode_id)
+    return None if episode is None else scope_of(episode)
 
 
 def _update_judged_trace(db: Session, trace: TraceRow, now: int, half_life_days: float) -> None:
