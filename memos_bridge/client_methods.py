@@ -491,6 +491,12 @@ class RpcMethods(ABC, Generic[R, RN]):
         """Bring a skill archived by reliability back → `{ok}`."""
         return self._invoke("skill.restore", build_params({"id": id}, extra), timeout)
 
+    # ------------------------------------------------------------------ events
+
+    def events_subscribe(self, namespace: Mapping[str, Any] | str, *, timeout: float | None = None, **extra: Any) -> R:
+        """Also receive `events.notify` of `namespace` (`{"profileId": …}`, or `"*"` for every one) → `{ok}`."""
+        return self._invoke("events.subscribe", build_params({"namespace": namespace}, extra), timeout)
+
     # ------------------------------------------------------------------ LLM
 
     def llm_test(

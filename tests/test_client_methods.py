@@ -34,6 +34,7 @@ SAMPLES: dict[str, Any] = {
     "relation": "related",
     "tool": "shell",
     "success": False,
+    "namespace": "*",
 }
 
 
