@@ -446,6 +446,216 @@ class RpcMethods(ABC, Generic[R, RN]):
         fields = {"from_id": from_id, "to_id": to_id, "relation": relation, "namespace": namespace}
         return self._invoke("memory.link", build_params(fields, extra), timeout)
 
+    # ------------------------------------------------------------------ memories written on purpose, edits
+
+    def memory_remember(
+        self,
+        content: str,
+        *,
+        type: str | None = None,
+        importance: float | None = None,
+        expires_at: int | None = None,
+        ttl_ms: int | None = None,
+        tags: Sequence[str] | None = None,
+        source: str | None = None,
+        pinned: bool | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Store a memory on purpose (type: fact, preference, rule, error, pattern, insight) → `{id, kind, merged}`."""
+        fields = {
+            "content": content,
+            "type": type,
+            "importance": importance,
+            "expires_at": expires_at,
+            "ttl_ms": ttl_ms,
+            "tags": None if tags is None else list(tags),
+            "source": source,
+            "pinned": pinned,
+            "session_id": session_id,
+            "namespace": namespace,
+        }
+        return self._invoke("memory.remember", build_params(fields, extra), timeout)
+
+    def memory_get_memory(
+        self, id: str, *, namespace: Mapping[str, Any] | None = None, timeout: float | None = None, **extra: Any
+    ) -> RN:
+        """One remembered memory by id, or None."""
+        return self._invoke_nullable(
+            "memory.get_memory", build_params({"id": id, "namespace": namespace}, extra), timeout
+        )
+
+    def memory_list_memories(
+        self,
+        *,
+        type: str | None = None,
+        status: str | None = None,
+        include_forgotten: bool | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        namespace: Mapping[str, Any] | str | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Remembered memories, newest first → `{memories}`."""
+        fields = {
+            "type": type,
+            "status": status,
+            "include_forgotten": include_forgotten,
+            "limit": limit,
+            "offset": offset,
+            "namespace": namespace,
+        }
+        return self._invoke("memory.list_memories", build_params(fields, extra), timeout)
+
+    def memory_update(
+        self,
+        id: str,
+        kind: str,
+        *,
+        content: str | None = None,
+        title: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        expires_at: int | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Correct a memory of any kind in place → `{id, kind, changed, memory}`."""
+        fields = {
+            "id": id,
+            "kind": kind,
+            "content": content,
+            "title": title,
+            "tags": None if tags is None else list(tags),
+            "importance": importance,
+            "expires_at": expires_at,
+            "namespace": namespace,
+        }
+        return self._invoke("memory.update", build_params(fields, extra), timeout)
+
+    def memory_forget(
+        self,
+        id: str,
+        kind: str,
+        *,
+        reason: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Take a memory out of every recall, search and list (restorable) → `{ok, flagged}`."""
+        fields = {"id": id, "kind": kind, "reason": reason, "namespace": namespace}
+        return self._invoke("memory.forget", build_params(fields, extra), timeout)
+
+    def memory_history(
+        self,
+        id: str,
+        kind: str,
+        *,
+        limit: int | None = None,
+        namespace: Mapping[str, Any] | str | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Every event on one memory, oldest first → `{id, kind, events}`."""
+        fields = {"id": id, "kind": kind, "limit": limit, "namespace": namespace}
+        return self._invoke("memory.history", build_params(fields, extra), timeout)
+
+    def memory_purge(
+        self,
+        *,
+        confirm: bool,
+        ids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        before: int | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Hard delete (no restore; `confirm=True` required) → `{purged, auditId}`."""
+        fields = {
+            "confirm": confirm,
+            "ids": None if ids is None else list(ids),
+            "kinds": None if kinds is None else list(kinds),
+            "before": before,
+            "session_id": session_id,
+            "namespace": namespace,
+        }
+        return self._invoke("memory.purge", build_params(fields, extra), timeout)
+
+    def memory_export(
+        self,
+        *,
+        format: str | None = None,
+        path: str | None = None,
+        kinds: Sequence[str] | None = None,
+        overwrite: bool | None = None,
+        include_vectors: bool | None = None,
+        include_forgotten: bool | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Write a namespace's memories to a file (`jsonl` or `markdown`) → `{path, format, counts, bytes}`."""
+        fields = {
+            "format": format,
+            "path": path,
+            "kinds": None if kinds is None else list(kinds),
+            "overwrite": overwrite,
+            "include_vectors": include_vectors,
+            "include_forgotten": include_forgotten,
+            "session_id": session_id,
+            "namespace": namespace,
+        }
+        return self._invoke("memory.export", build_params(fields, extra), timeout)
+
+    def memory_import(
+        self,
+        path: str,
+        *,
+        mode: str | None = None,
+        format: str | None = None,
+        confirm: bool | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Read an export or a Hermes MEMORY.md / USER.md back in → `{imported, skipped, purged}`."""
+        fields = {"path": path, "mode": mode, "format": format, "confirm": confirm, "namespace": namespace}
+        return self._invoke("memory.import", build_params(fields, extra), timeout)
+
+    def memory_reflect(
+        self,
+        *,
+        episodes: int | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Consolidate now → `{episodes, chainsRun, merged, expired, changes}`."""
+        fields = {"episodes": episodes, "session_id": session_id, "namespace": namespace}
+        return self._invoke("memory.reflect", build_params(fields, extra), timeout)
+
+    def memory_stats(
+        self,
+        *,
+        recent_turns: int | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | str | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Counts, histograms and the recall hit rate → `MemoryStatsResult`."""
+        fields = {"recent_turns": recent_turns, "session_id": session_id, "namespace": namespace}
+        return self._invoke("memory.stats", build_params(fields, extra), timeout)
+
     # ------------------------------------------------------------------ skills
 
     def skill_list(

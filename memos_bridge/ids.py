@@ -19,6 +19,7 @@ PREFIXES = {
     "policy": "po_",
     "world_model": "wm_",
     "skill": "sk_",
+    "memory": "me_",
     "feedback": "fb_",
     "repair": "dr_",
     "trial": "st_",

@@ -35,7 +35,14 @@ SAMPLES: dict[str, Any] = {
     "tool": "shell",
     "success": False,
     "namespace": "*",
+    "content": "The staging database listens on port 5433.",
+    "confirm": True,
+    "path": "/tmp/export.jsonl",
 }
+
+
+# Optional arguments a method needs one of (its params model rejects a call with none), by method.
+NEEDS_ONE_OF: dict[str, dict[str, Any]] = {"memory.update": {"content": "The staging database listens on port 5434."}}
 
 
 class Recorder(RpcMethods[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]):
@@ -72,7 +79,7 @@ def test_every_contract_method_has_a_wrapper_on_both_clients(spec: MethodSpec) -
 @pytest.mark.parametrize("spec", METHODS, ids=lambda spec: spec.name)
 def test_wrapper_sends_params_the_contract_accepts(spec: MethodSpec) -> None:
     wrapper = getattr(Recorder(), wrapper_name(spec.name))
-    method, params = wrapper(**_required_args(wrapper))
+    method, params = wrapper(**_required_args(wrapper), **NEEDS_ONE_OF.get(spec.name, {}))
     assert method == spec.name
     spec.params.model_validate(params)  # raises on a missing required field or an unknown one
     parameters = set(inspect.signature(wrapper).parameters)

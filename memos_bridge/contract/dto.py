@@ -11,13 +11,13 @@ documented as ignored.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 Role = Literal["system", "user", "assistant", "tool"]
-RefKind = Literal["skill", "trace", "episode", "experience", "world-model"]
+RefKind = Literal["skill", "trace", "episode", "experience", "world-model", "memory"]
 EpisodeStatus = Literal["open", "closed"]
 TopicState = Literal["active", "paused", "interrupted", "ended"]
 StepKind = Literal["tool", "reply", "note"]
@@ -323,6 +323,7 @@ class ListTracesParams(WireModel):
     episode_id: str | None = None
     q: str | None = Field(None, max_length=1000, description="Substring filter on user/agent text and summary.")
     namespace: ReadNamespace = _READ_NAMESPACE
+    include_forgotten: bool = Field(False, description="List forgotten memories too (hidden otherwise).")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -501,6 +502,7 @@ class ListPoliciesParams(WireModel):
     )
     namespace: ReadNamespace = _READ_NAMESPACE
     session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    include_forgotten: bool = Field(False, description="List forgotten memories too (hidden otherwise).")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -547,6 +549,7 @@ class ListWorldModelsParams(WireModel):
     status: WorldModelStatus | None = None
     namespace: ReadNamespace = _READ_NAMESPACE
     session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    include_forgotten: bool = Field(False, description="List forgotten memories too (hidden otherwise).")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -590,6 +593,7 @@ class SkillListParams(WireModel):
     status: SkillStatus | None = None
     namespace: ReadNamespace = _READ_NAMESPACE
     session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    include_forgotten: bool = Field(False, description="List forgotten memories too (hidden otherwise).")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0)
 
@@ -629,7 +633,7 @@ class SkillArchiveParams(SkillIdParams):
 
 # ---------------------------------------------------------------- strength, forgetting, pinning, links
 
-MemoryKind = Literal["trace", "policy", "world_model", "skill"]
+MemoryKind = Literal["trace", "policy", "world_model", "skill", "memory"]
 StrengthEvidence = Literal["test_passed", "diff_accepted", "user_confirmed", "self_report", "failure"]
 LinkRelation = Literal["cause", "solution", "supersedes", "related"]
 
@@ -666,6 +670,7 @@ class MemoryDecayParams(WireModel):
 class MemoryDecayResult(WireModel):
     decayed: int = Field(..., description="Idle memories whose strength was lowered by this run.")
     archived: int = Field(..., description="Memories archived by this run (out of recall, restorable).")
+    expired: int = Field(0, description="Remembered memories archived because their expiresAt passed.")
 
 
 class MemoryRefParams(WireModel):
@@ -683,6 +688,301 @@ class MemoryLinkParams(WireModel):
     to_id: str = Field(..., min_length=1, max_length=200)
     relation: LinkRelation
     namespace: RuntimeNamespace | None = None
+
+
+# ---------------------------------------------------------------- memories written on purpose
+
+RememberedType = Literal["fact", "preference", "rule", "error", "pattern", "insight"]
+MemoryTag = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+
+class MemoryRememberParams(WireModel):
+    """memory.remember: store something on purpose ("remember this"), recalled by later turns."""
+
+    content: str = Field(..., min_length=1, max_length=20_000, description="The memory in plain words.")
+    type: RememberedType = Field("fact", description="How it is rendered and grouped in recall.")
+    importance: float | None = Field(
+        None, ge=0.0, le=1.0, description="0..1 (default 0.5); breaks near-ties in ranking, never overrides relevance."
+    )
+    expires_at: int | None = Field(None, ge=0, description="Stop recalling it after this time (epoch ms).")
+    ttl_ms: int | None = Field(None, ge=1, description="Or: stop recalling it this long from now.")
+    tags: list[MemoryTag] = Field(default_factory=list, max_length=32)
+    source: str | None = Field(
+        None,
+        min_length=1,
+        max_length=50,
+        description='Who said it: "user" makes it the user\'s own rule (protected from failure evidence); '
+        "default agent.",
+    )
+    pinned: bool = Field(False, description="Never decays or is archived for idleness.")
+    agent: str | None = Field(None, min_length=1, max_length=200, description="The agent kind that owns it.")
+    namespace: RuntimeNamespace | None = None
+    session_id: str | None = Field(
+        None, min_length=1, max_length=200, description="Remember in this session's namespace (and note it)."
+    )
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> MemoryRememberParams:
+        if self.expires_at is not None and self.ttl_ms is not None:
+            raise ValueError("give expiresAt or ttlMs, not both")
+        return self
+
+
+class MemoryRememberResult(WireModel):
+    id: str
+    kind: Literal["memory"] = "memory"
+    merged: bool = Field(..., description="True when an equal or near-equal memory of the type absorbed it.")
+
+
+MemoryStatus = Literal["active", "archived", "forgotten"]
+
+
+class RememberedMemoryDTO(WireModel):
+    """A memory written on purpose, as `memory.get_memory` / `memory.list_memories` return it."""
+
+    id: str
+    type: RememberedType
+    content: str
+    tags: list[str]
+    importance: float
+    support: int = Field(..., description="How many times it was remembered (1 + merges).")
+    source: str
+    status: MemoryStatus
+    strength: float
+    pinned: bool
+    protected: bool
+    expires_at: int | None = None
+    session_id: str | None = None
+    access_count: int = 0
+    last_accessed_at: int | None = None
+    archived_at: int | None = None
+    forgotten_at: int | None = None
+    created_at: int
+    updated_at: int
+
+
+class ListMemoriesParams(WireModel):
+    type: RememberedType | None = None
+    status: MemoryStatus | None = None
+    include_forgotten: bool = Field(False, description="List forgotten memories too (they are hidden otherwise).")
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+class MemoriesResult(WireModel):
+    memories: list[RememberedMemoryDTO]
+
+
+class MemoryUpdateParams(WireModel):
+    """memory.update: correct a memory in place; the old values go to its history."""
+
+    id: str = Field(..., min_length=1, max_length=200)
+    kind: MemoryKind
+    content: str | None = Field(
+        None,
+        min_length=1,
+        max_length=20_000,
+        description="The text: a memory's content, an experience's procedure, a world model's body, a skill's "
+        "guide, a step's summary.",
+    )
+    title: str | None = Field(
+        None, min_length=1, max_length=500, description="An experience's or world model's title, a skill's name."
+    )
+    tags: list[MemoryTag] | None = Field(None, max_length=32)
+    importance: float | None = Field(None, ge=0.0, le=1.0, description="A remembered memory's importance.")
+    expires_at: int | None = Field(None, ge=0, description="A remembered memory's expiry (epoch ms); 0 removes it.")
+    namespace: RuntimeNamespace | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> MemoryUpdateParams:
+        if all(v is None for v in (self.content, self.title, self.tags, self.importance, self.expires_at)):
+            raise ValueError("memory.update needs at least one of content, title, tags, importance, expiresAt")
+        return self
+
+
+class MemoryUpdateResult(WireModel):
+    id: str
+    kind: MemoryKind
+    changed: list[str] = Field(..., description="The fields whose value changed (empty: it already read so).")
+    memory: dict[str, Any] = Field(..., description="The memory after the update, as its kind's get method returns it.")
+
+
+class MemoryForgetParams(WireModel):
+    """memory.forget: out of every recall, search and list until `memory.restore`."""
+
+    id: str = Field(..., min_length=1, max_length=200)
+    kind: MemoryKind
+    reason: str | None = Field(None, max_length=500, description="Why; kept in the memory's history.")
+    namespace: RuntimeNamespace | None = None
+
+
+class MemoryForgetResult(WireModel):
+    ok: Literal[True] = True
+    flagged: list[str] = Field(
+        default_factory=list,
+        description="Memories derived from this one (a skill from a forgotten experience, a world model citing "
+        "it), flagged for review rather than silently kept.",
+    )
+
+
+class MemoryHistoryParams(WireModel):
+    id: str = Field(..., min_length=1, max_length=200)
+    kind: MemoryKind
+    namespace: ReadNamespace = _READ_NAMESPACE
+    limit: int = Field(200, ge=1, le=1000)
+
+
+class MemoryHistoryEventDTO(WireModel):
+    ts: int
+    event: str = Field(
+        ...,
+        description="created, updated, merged, reinforced, decayed, archived, expired, forgotten, restored, pinned, "
+        "unpinned, flagged, purged",
+    )
+    actor: str = Field(..., description="Who: user, host (a JSON-RPC call), or the service stage that did it.")
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class MemoryHistoryResult(WireModel):
+    id: str
+    kind: MemoryKind
+    events: list[MemoryHistoryEventDTO]
+
+
+PurgeKind = Literal["trace", "policy", "world_model", "skill", "memory", "episode", "session"]
+
+
+class MemoryPurgeParams(WireModel):
+    """memory.purge: hard delete (no restore). Needs `confirm: true`."""
+
+    ids: list[Annotated[str, StringConstraints(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=10_000, description="These memories (any kind, by id prefix)."
+    )
+    namespace: RuntimeNamespace | None = Field(
+        None, description="Or everything of this namespace; with neither, the caller's (default) namespace."
+    )
+    kinds: list[PurgeKind] | None = Field(None, max_length=7, description="Only these kinds (default: all).")
+    before: int | None = Field(None, ge=0, description="Only rows created before this time (epoch ms).")
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Purge in this session's namespace.")
+    confirm: bool = Field(..., description="Must be true: a purge cannot be undone.")
+
+
+class MemoryPurgeResult(WireModel):
+    purged: dict[str, int] = Field(..., description="Rows deleted per table.")
+    audit_id: int = Field(..., description="The audit record of this purge (counts only, no content).")
+
+
+# ---------------------------------------------------------------- export, import, reflect, stats
+
+ExportKind = Literal["trace", "policy", "world_model", "skill", "memory", "episode", "session", "feedback"]
+ExportFormat = Literal["jsonl", "markdown"]
+
+
+class MemoryExportParams(WireModel):
+    """memory.export: write a namespace's memories to a file the service can reach."""
+
+    namespace: RuntimeNamespace | None = Field(
+        None, description="The namespace to export; without it the session's, else the default namespace."
+    )
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Export this session's namespace.")
+    kinds: list[ExportKind] | None = Field(None, max_length=8, description="Only these kinds (default: all).")
+    format: ExportFormat = Field(
+        "jsonl",
+        description="jsonl: lossless (ids, statuses, strengths, links, history, timestamps), for memory.import; "
+        "markdown: for people, grouped by type.",
+    )
+    path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Absolute file path to write; a relative one is resolved under the data home's exports/ folder; "
+        "default exports/memos-<time>.<jsonl|md>. An existing file is not overwritten unless overwrite is true.",
+    )
+    overwrite: bool = False
+    include_vectors: bool = Field(False, description="JSONL only: keep the embedding vectors (else re-embedded).")
+    include_forgotten: bool = Field(True, description="Export forgotten (hidden) memories too, marked as such.")
+
+
+class MemoryExportResult(WireModel):
+    path: str = Field(..., description="The absolute path written.")
+    format: ExportFormat
+    counts: dict[str, int] = Field(..., description="Records written per kind.")
+    bytes: int
+
+
+ImportMode = Literal["merge", "replace"]
+ImportFormat = Literal["auto", "jsonl", "hermes"]
+
+
+class MemoryImportParams(WireModel):
+    """memory.import: read an export (or Hermes' MEMORY.md / USER.md) back into a namespace."""
+
+    path: str = Field(..., min_length=1, max_length=4096, description="Absolute path of the file to read.")
+    mode: ImportMode = Field(
+        "merge",
+        description="merge: add what is missing, keep what exists (re-importing changes nothing); replace: purge "
+        "the target namespace first.",
+    )
+    format: ImportFormat = Field(
+        "auto",
+        description="auto: a memos-bridge JSONL export, or a Hermes memory file (MEMORY.md → facts, USER.md → "
+        "preferences) by its name; hermes forces the latter.",
+    )
+    namespace: RuntimeNamespace | None = Field(
+        None, description="Import into this namespace (default: the one each record was exported from)."
+    )
+    confirm: bool = Field(False, description="Must be true with mode replace: it deletes the namespace first.")
+
+
+class MemoryImportResult(WireModel):
+    imported: dict[str, int] = Field(..., description="Records added per kind.")
+    skipped: dict[str, int] = Field(..., description="Records already present (same id or same memory) per kind.")
+    purged: dict[str, int] = Field(default_factory=dict, description="mode replace: rows deleted first, per table.")
+
+
+class MemoryReflectParams(WireModel):
+    """memory.reflect: consolidate now instead of waiting for the learning queue."""
+
+    namespace: RuntimeNamespace | None = None
+    session_id: str | None = Field(
+        None, min_length=1, max_length=200, description="Reflect on this session's namespace."
+    )
+    episodes: int = Field(200, ge=1, le=5000, description="How many of the most recent scored episodes to revisit.")
+
+
+class MemoryReflectResult(WireModel):
+    episodes: int = Field(..., description="Episodes whose consolidation stages ran.")
+    chains_run: int = Field(..., description="Pending learning chains run first (feedback windows cut short).")
+    merged: int = Field(..., description="Near-duplicate remembered memories folded into one.")
+    expired: int = Field(..., description="Remembered memories archived because their expiry passed.")
+    changes: dict[str, dict[str, int]] = Field(
+        ..., description="Per kind, the change of each status count (e.g. {policy: {active: +1, candidate: -1}})."
+    )
+
+
+class MemoryStatsParams(WireModel):
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    recent_turns: int = Field(100, ge=1, le=10_000, description="Turns the recall hit rate is measured over.")
+
+
+class HistogramBinDTO(WireModel):
+    label: str
+    count: int
+
+
+class MemoryStatsResult(WireModel):
+    counts: dict[str, dict[str, int]] = Field(..., description="Per kind, rows per status (forgotten counted apart).")
+    types: dict[str, dict[str, int]] = Field(
+        ..., description="Per kind, rows per type (experience type, remembered type); active rows only."
+    )
+    strength: list[HistogramBinDTO] = Field(..., description="Strength of recallable memories, in 0.1 bins.")
+    age_days: list[HistogramBinDTO] = Field(..., description="Age of recallable memories since creation.")
+    turns: int = Field(..., description="Turns measured for the hit rate (at most recentTurns).")
+    turns_with_recall: int = Field(..., description="Of those, turns whose turn.start injected at least one memory.")
+    recall_hit_rate: float | None = Field(None, description="turnsWithRecall / turns; null with no turns.")
 
 
 # ---------------------------------------------------------------- health, auth, events, host callback

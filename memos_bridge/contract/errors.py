@@ -39,6 +39,7 @@ class ErrorCode(StrEnum):
     POLICY_NOT_FOUND = "policy_not_found"
     WORLD_MODEL_NOT_FOUND = "world_model_not_found"
     SKILL_NOT_FOUND = "skill_not_found"
+    MEMORY_NOT_FOUND = "memory_not_found"
     FEEDBACK_NOT_FOUND = "feedback_not_found"
     LLM_UNAVAILABLE = "llm_unavailable"
     LLM_RATE_LIMITED = "llm_rate_limited"

@@ -322,6 +322,71 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("skill",),
     ),
     MethodSpec(
+        "memory.remember",
+        "Store a memory on purpose (a fact, preference, rule, error, pattern or insight the user or agent asked "
+        "to keep). Recalled by later related turns under Remembered; an equal or near-equal memory of the same "
+        'type is merged (support + 1, the higher importance); source "user" makes it the user\'s own, protected '
+        "rule; expiresAt / ttlMs end its recall (archived, restorable).",
+        dto.MemoryRememberParams,
+        dto.MemoryRememberResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.get_memory",
+        "One remembered memory by id; null when it does not exist or is not visible to the namespace.",
+        dto.GetByIdParams,
+        dto.RememberedMemoryDTO,
+        nullable_result=True,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.list_memories",
+        "Remembered memories, newest first; forgotten ones only with includeForgotten or status forgotten.",
+        dto.ListMemoriesParams,
+        dto.MemoriesResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.update",
+        "Correct a memory of any kind in place (content, title, tags, importance, expiresAt, as the kind has them); "
+        "it is re-embedded and re-indexed, and the old values go to its history.",
+        dto.MemoryUpdateParams,
+        dto.MemoryUpdateResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.MEMORY_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.forget",
+        "Take a memory of any kind out of every recall, search and list (restorable with memory.restore); what "
+        "was derived from it is flagged for review.",
+        dto.MemoryForgetParams,
+        dto.MemoryForgetResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.MEMORY_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.history",
+        "Every event on one memory, oldest first: created (from what), updated (old → new), merged, reinforced, "
+        "decayed, archived, expired, forgotten, restored, pinned, flagged — with time and actor.",
+        dto.MemoryHistoryParams,
+        dto.MemoryHistoryResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.MEMORY_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.purge",
+        "Hard delete (no restore), confirm: true required: the ids given, else everything of the namespace "
+        "given, else of the session's or the default namespace — rows, full-text entries, vectors, cached turn "
+        "results, logs and links. Leaves one audit record with counts and no content.",
+        dto.MemoryPurgeParams,
+        dto.MemoryPurgeResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
         "events.subscribe",
         "Receive `events.notify` of a namespace besides the ones this connection works in (a connection gets "
         "the default namespace's events and those of every session it opens or runs turns in), or of all "

@@ -20,6 +20,7 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
+from memos_bridge.core import purge
 from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.events import EventBus, scope_of
@@ -28,6 +29,8 @@ from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.mappers import episode_dto, trace_dto
+from memos_bridge.core.memories import MemoryService
+from memos_bridge.core.memory_history import history_sync
 from memos_bridge.core.namespace import list_scope, owner_for, row_scope
 from memos_bridge.core.sessions import SessionService
 from memos_bridge.core.strength import StrengthService
@@ -96,6 +99,8 @@ class MemoryCore:
         self.turns.repairs = self.repair
         self.strength = StrengthService(self.learning.ctx, quiet=self.learning.gate.wait_quiet)
         self.turns.on_recalled = self.strength.access_write  # recall counts access, never strength
+        self.memories = MemoryService(self.learning.ctx)
+        self.strength.expire = self.memories.expire  # each decay run archives the expired memories first
         self.retriever.min_strength = settings.strength.recall_floor
         self.retriever.min_world_confidence = settings.learning.world.min_confidence_for_retrieval
         self.retriever.priority_half_life_days = settings.learning.reward.half_life_days
@@ -285,6 +290,7 @@ class MemoryCore:
                 substring=params.q,
                 limit=params.limit,
                 offset=params.offset,
+                include_forgotten=params.include_forgotten,
             )
             statuses = repos.episode_status(db, (row.episode_id for row in rows))
             return dto.TracesResult(traces=[trace_dto(row, statuses.get(row.episode_id)) for row in rows])
@@ -331,6 +337,7 @@ class MemoryCore:
                 params.status,
                 params.limit,
                 params.offset,
+                include_forgotten=params.include_forgotten,
             )
         )
 
@@ -353,6 +360,49 @@ class MemoryCore:
 
     async def link(self, params: dto.MemoryLinkParams) -> dto.OkResult:
         return await self.strength.link(params)
+
+    # ------------------------------------------------------------ memories written on purpose, edits
+
+    async def remember(self, params: dto.MemoryRememberParams) -> dto.MemoryRememberResult:
+        return await self.memories.remember(params)
+
+    async def get_memory(self, params: dto.GetByIdParams) -> dto.RememberedMemoryDTO | None:
+        return await self.memories.get_memory(params)
+
+    async def list_memories(self, params: dto.ListMemoriesParams) -> dto.MemoriesResult:
+        return await self.memories.list_memories(params)
+
+    async def update_memory(self, params: dto.MemoryUpdateParams) -> dto.MemoryUpdateResult:
+        memory_id, changed = await self.memories.update(params)
+        current = await self.get_any(params.kind, memory_id)
+        return dto.MemoryUpdateResult(
+            id=memory_id,
+            kind=params.kind,
+            changed=changed,
+            memory={} if current is None else current.model_dump(mode="json", by_alias=True, exclude_none=True),
+        )
+
+    async def get_any(self, kind: str, memory_id: str) -> BaseModel | None:
+        """A memory of any kind by id, as its kind's get method returns it (the id alone names its namespace)."""
+        by_id = dto.GetByIdParams(id=memory_id)
+        if kind == "memory":
+            return await self.get_memory(by_id)
+        if kind == "policy":
+            return await self.get_policy(by_id)
+        if kind == "world_model":
+            return await self.get_world(by_id)
+        if kind == "skill":
+            return await self.get_skill(dto.SkillGetParams(id=memory_id))
+        return await self.get_trace(by_id)
+
+    async def forget(self, params: dto.MemoryForgetParams) -> dto.MemoryForgetResult:
+        return await self.memories.forget(params)
+
+    async def history(self, params: dto.MemoryHistoryParams) -> dto.MemoryHistoryResult:
+        return await self.db.read(lambda db: history_sync(db, params))
+
+    async def purge(self, params: dto.MemoryPurgeParams) -> dto.MemoryPurgeResult:
+        return await purge.purge(self.learning.ctx, params)
 
     # ------------------------------------------------------------ skills
 

@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any, Final
 
 import anyio
-from sqlalchemy import ColumnElement, and_, case, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from memos_bridge.config import StrengthSettings
@@ -47,6 +47,7 @@ from memos_bridge.storage.models import (
     FeedbackRow,
     KvRow,
     MemoryLinkRow,
+    MemoryRow,
     PolicyRow,
     SkillRow,
     StrengthEventRow,
@@ -59,12 +60,13 @@ log = logging.getLogger(__name__)
 
 Write = Callable[[Session], None]
 
-KINDS: Final = ("trace", "policy", "skill", "world_model")
+KINDS: Final = ("trace", "policy", "skill", "world_model", "memory")
 NOT_FOUND: Final[dict[str, ErrorCode]] = {
     "trace": ErrorCode.TRACE_NOT_FOUND,
     "policy": ErrorCode.POLICY_NOT_FOUND,
     "world_model": ErrorCode.WORLD_MODEL_NOT_FOUND,
     "skill": ErrorCode.SKILL_NOT_FOUND,
+    "memory": ErrorCode.MEMORY_NOT_FOUND,
 }
 #: Retrieval hit kinds (`RetrievalHitDTO.refKind`) → memory kinds; "episode" hits are counted on their steps.
 HIT_KINDS: Final[dict[str, str]] = {
@@ -72,9 +74,10 @@ HIT_KINDS: Final[dict[str, str]] = {
     "experience": "policy",
     "skill": "skill",
     "world-model": "world_model",
+    "memory": "memory",
 }
 #: Lifecycle status a restored memory returns to, for the kinds whose status `memory.restore` owns.
-RESTORED_STATUS: Final[dict[str, str]] = {"policy": "candidate", "world_model": "active"}
+RESTORED_STATUS: Final[dict[str, str]] = {"policy": "candidate", "world_model": "active", "memory": "active"}
 LAST_RUN_KEY: Final = "strength.decay.last_run"
 LOOP_MIN_DELAY_S: Final = 30.0  # after start, let warm-up and recovery go first
 LOOP_RETRY_S: Final = 600.0
@@ -119,6 +122,9 @@ def _restore_row(kind: str, row: Any, now: int, settings: StrengthSettings) -> b
         )
     changed = row.archived_at is not None or not rules.is_recallable(row.strength, settings)
     row.archived_at = None
+    row.forgotten_at = None  # restoring a forgotten memory brings it back everywhere
+    if kind == "memory" and row.expires_at is not None and row.expires_at <= now:
+        row.expires_at = None  # restored on purpose after it expired: it is no longer time-bound
     status = RESTORED_STATUS.get(kind)
     if status is not None and row.status == "archived":
         row.status = status
@@ -160,16 +166,34 @@ def _archive_batch(db: Session, model: Any, cutoff: int, after: int, now: int, l
         )
     ]
     if rows:
+        values: dict[str, Any] = {"archived_at": now}
+        if model is MemoryRow:  # its status is not a lifecycle's: it says archived whenever it is
+            values["status"] = "archived"
         db.execute(
             update(model)
             .where(model.rid.in_([rid for rid, _ in rows]))
-            .values(archived_at=now)
+            .values(**values)
             .execution_options(synchronize_session=False)
         )
+        _history_rows(db, model, [row_id for _, row_id in rows], "archived", now, {"reason": "idle"})
     return rows
 
 
-def _decay_batch(db: Session, model: Any, cutoff: int, after: int, settings: StrengthSettings, limit: int) -> list[int]:
+def _history_rows(db: Session, model: Any, ids: list[str], event: str, now: int, detail: dict[str, Any]) -> None:
+    """One history (audit) event per memory of a batch, in one INSERT."""
+    kind = next(k for k, m in SEARCHABLE_MODELS.items() if m is model)
+    db.execute(
+        insert(AuditEventRow),
+        [
+            {"ts": now, "actor": "service:decay", "kind": event, "target": f"{kind}:{row_id}", "detail_json": detail}
+            for row_id in ids
+        ],
+    )
+
+
+def _decay_batch(
+    db: Session, model: Any, cutoff: int, after: int, settings: StrengthSettings, limit: int, now: int
+) -> list[int]:
     floor = settings.recall_floor
     rids = list(
         db.scalars(
@@ -187,6 +211,8 @@ def _decay_batch(db: Session, model: Any, cutoff: int, after: int, settings: Str
             .values(strength=case((weakened < floor, floor), else_=weakened))
             .execution_options(synchronize_session=False)
         )
+        ids = list(db.scalars(select(model.id).where(model.rid.in_(rids))))
+        _history_rows(db, model, ids, "decayed", now, {"factor": settings.decay_factor})
     return rids
 
 
@@ -235,6 +261,8 @@ class StrengthService:
         self.ctx = ctx
         self._quiet = quiet  # e.g. the learning gate's wait_quiet: the decay job yields to turns
         self._decay_lock = anyio.Lock()
+        #: Archives remembered memories past their expiry as of a time; each decay run calls it first.
+        self.expire: Callable[[int], Awaitable[int]] | None = None
 
     @property
     def settings(self) -> StrengthSettings:
@@ -405,6 +433,7 @@ class StrengthService:
         """One run of the forgetting job as of `params.now` (archive first: archived rows do not decay)."""
         now = params.now if params.now is not None else self.ctx.clock()
         settings = self.settings
+        expired = await self.expire(now) if self.expire is not None else 0
         archive_cutoff = rules.idle_cutoff(now, settings.archive_days)
         decay_cutoff = rules.idle_cutoff(now, settings.idle_days)
         archived = decayed = 0
@@ -441,6 +470,7 @@ class StrengthService:
                             after=after,
                             settings=settings,
                             limit=settings.decay_batch,
+                            now=now,
                         )
                     )
                     decayed += len(rids)
@@ -450,8 +480,8 @@ class StrengthService:
             ran_at = self.ctx.clock()
             record = {"at": ran_at, "now": now, "decayed": decayed, "archived": archived}
             await self.ctx.db.write(partial(_set_last_run, value=record))
-        log.info("decay run as of %d: %d decayed, %d archived", now, decayed, archived)
-        return dto.MemoryDecayResult(decayed=decayed, archived=archived)
+        log.info("decay run as of %d: %d decayed, %d archived, %d expired", now, decayed, archived, expired)
+        return dto.MemoryDecayResult(decayed=decayed, archived=archived, expired=expired)
 
     async def _yield(self) -> None:
         if self._quiet is not None:

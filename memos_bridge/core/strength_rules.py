@@ -28,11 +28,17 @@ from typing import Any, Final, Literal
 from memos_bridge.config import StrengthSettings
 
 Evidence = Literal["test_passed", "diff_accepted", "user_confirmed", "self_report", "failure"]
-MemoryKind = Literal["trace", "policy", "world_model", "skill"]
+MemoryKind = Literal["trace", "policy", "world_model", "skill", "memory"]
 
 VERIFIED: Final[frozenset[str]] = frozenset({"test_passed", "diff_accepted", "user_confirmed"})
 #: Id prefixes of the memory kinds (`ids.PREFIXES`), to resolve an id that comes without its kind.
-KIND_BY_PREFIX: Final[dict[str, MemoryKind]] = {"tr_": "trace", "po_": "policy", "wm_": "world_model", "sk_": "skill"}
+KIND_BY_PREFIX: Final[dict[str, MemoryKind]] = {
+    "tr_": "trace",
+    "po_": "policy",
+    "wm_": "world_model",
+    "sk_": "skill",
+    "me_": "memory",
+}
 #: Strength of a memory nobody has given evidence about (the column default).
 NEUTRAL_STRENGTH: Final = 0.5
 #: `supersedes` links followed from a recalled memory to its newest correction.

@@ -30,6 +30,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "policy": ("vec",),
     "skill": ("vec",),
     "world_model": ("vec",),
+    "memory": ("vec",),
 }
 TRACE_FIELDS = FIELDS["trace"]
 
@@ -42,6 +43,9 @@ class VectorJob:
     field: str
     k: int
     min_score: float | None = None
+    #: The namespace this search reads when it differs from the batch's (see `kind_owner` in retrieval).
+    owner: OwnerFilter | None = None
+    own_owner: bool = False
 
 
 class VectorStore:
@@ -124,7 +128,7 @@ class VectorStore:
 
         def run() -> list[list[tuple[str, float]]]:
             return [
-                index.search(query, job.k, owner, min_score=job.min_score)
+                index.search(query, job.k, job.owner if job.own_owner else owner, min_score=job.min_score)
                 for index, job in zip(indexes, jobs, strict=True)
             ]
 

@@ -45,6 +45,7 @@ from memos_bridge.retrieval.query import KeywordQuery, keyword_query
 from memos_bridge.retrieval.render import (
     EpisodeSnippet,
     ExperienceSnippet,
+    MemorySnippet,
     RenderInput,
     RenderOptions,
     SkillSnippet,
@@ -65,15 +66,17 @@ from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
 
-TIER_OF: dict[str, int] = {"skill": 1, "trace": 2, "policy": 2, "world_model": 3}
+TIER_OF: dict[str, int] = {"skill": 1, "memory": 2, "trace": 2, "policy": 2, "world_model": 3}
 CANDIDATE_KIND: dict[str, CandidateKind] = {
     "skill": "skill",
+    "memory": "memory",
     "trace": "trace",
     "policy": "experience",
     "world_model": "world_model",
 }
 REF_KIND: dict[str, Any] = {
     "skill": "skill",
+    "memory": "memory",
     "trace": "trace",
     "episode": "episode",
     "experience": "experience",
@@ -89,6 +92,15 @@ WORLD_MIN_CONFIDENCE = 0.2  # reference minConfidenceForRetrieval, which its Tie
 MIN_SKILL_ETA = 0.1
 LONG_IDENTIFIER = 8
 MAX_QUERY_CHARS = 1500
+
+
+def kind_owner(kind: str, owner: OwnerFilter | None) -> OwnerFilter | None:
+    """The namespace a kind is searched in. Memories written on purpose belong to the profile and workspace,
+    not to the agent kind that wrote them: a rule remembered through the CLI or an MCP host applies to the
+    Hermes agent of the same profile too. Every learnt kind stays with its agent kind."""
+    if kind == "memory" and owner is not None:
+        return OwnerFilter(agent_kind=None, profile_id=owner.profile_id, workspace_id=owner.workspace_id)
+    return owner
 
 
 def retrieval_text(text: str) -> str:
@@ -314,7 +326,9 @@ class ChannelRun:
         jobs = [
             (kind, name, call)
             for kind in spec.kinds
-            for name, call in self._retriever._channels(kind, keywords, signatures, spec.owner, spec.allowed)
+            for name, call in self._retriever._channels(
+                kind, keywords, signatures, kind_owner(kind, spec.owner), spec.allowed
+            )
         ]
         if not jobs:
             return
@@ -355,7 +369,14 @@ class ChannelRun:
         spec = self.spec
         settings = self._retriever._settings
         jobs = [
-            VectorJob(kind, field, spec.pool, WORLD_MIN_SIM if kind == "world_model" else settings.min_trace_sim)
+            VectorJob(
+                kind,
+                field,
+                spec.pool,
+                WORLD_MIN_SIM if kind == "world_model" else settings.min_trace_sim,
+                owner=kind_owner(kind, spec.owner),
+                own_owner=kind == "memory",
+            )
             for kind in spec.kinds
             for field in VECTOR_FIELDS[kind]
             if spec.allowed is None or field in spec.allowed
@@ -693,7 +714,7 @@ class Retriever:
         now = now_ms()
         kept: list[Candidate] = []
         for kind, group in by_kind.items():
-            rows = hotpath.rows_by_ids(db, kind, [c.ref_id for c in group], owner)
+            rows = hotpath.rows_by_ids(db, kind, [c.ref_id for c in group], kind_owner(kind, owner))
             for cand in group:
                 row = rows.get(cand.ref_id)
                 if row is None or row.strength < self.min_strength or not self._eligible(kind, row, visible, plan):
@@ -755,6 +776,8 @@ class Retriever:
             return bool(row.status in ("active", "candidate"))
         if kind == "skill":
             return bool(row.status in ("active", "candidate") and row.eta >= MIN_SKILL_ETA)
+        if kind == "memory":  # a time-bound fact stops being recalled when it expires (archived by the sweep)
+            return bool(row.status == "active" and (row.expires_at is None or row.expires_at > now_ms()))
         return bool(row.status == "active" and row.confidence >= self.min_world_confidence)
 
     def _attach(self, kind: str, cand: Candidate, row: Any, now: int) -> None:
@@ -807,6 +830,12 @@ class Retriever:
                 preference=list(guidance.get("preference", [])),
                 anti_pattern=list(guidance.get("antiPattern", [])),
                 updated_at=row.updated_at,
+            )
+        elif kind == "memory":
+            cand.strength = row.importance  # the caller's weight, a near-tie breaker like every strength
+            cand.dedupe_key = fusion.normalise_text(row.content)
+            cand.payload = MemorySnippet(
+                ref_id=row.id, memory_type=row.memory_type, content=row.content, source=row.source
             )
         else:
             cand.strength = row.confidence
@@ -950,6 +979,8 @@ class Retriever:
             snippet = payload.name
         elif isinstance(payload, WorldSnippet):
             snippet = payload.title
+        elif isinstance(payload, MemorySnippet):
+            snippet = clip(payload.content, 200)
         return dto.RetrievalHitDTO(
             tier=cand.tier,
             ref_id=cand.ref_id,
@@ -975,6 +1006,8 @@ class Retriever:
                 data.experiences.append(payload)
             elif isinstance(payload, WorldSnippet):
                 data.worlds.append(payload)
+            elif isinstance(payload, MemorySnippet):
+                data.memories.append(payload)
         return data
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-CandidateKind = Literal["skill", "trace", "episode", "experience", "world_model"]
+CandidateKind = Literal["skill", "memory", "trace", "episode", "experience", "world_model"]
 
 RRF_WEIGHT = 0.4
 NEAR_TIE = 0.05

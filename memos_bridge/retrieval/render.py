@@ -116,7 +116,37 @@ class WorldSnippet:
 
 
 @dataclass
+class MemorySnippet:
+    """A memory written on purpose (`memory.remember`): shown in its own words, labelled by its type."""
+
+    ref_id: str
+    memory_type: str
+    content: str
+    source: str = "agent"
+
+
+#: How each remembered type reads in the block: a rule is to be followed, a fact is to be known.
+MEMORY_LABELS: dict[str, str] = {
+    "rule": "Rule",
+    "preference": "Preference",
+    "fact": "Fact",
+    "error": "Known error",
+    "pattern": "Pattern",
+    "insight": "Insight",
+}
+#: Types shown first: what the agent must do or honour before what it may want to know.
+MEMORY_ORDER: dict[str, int] = {"rule": 0, "preference": 1, "error": 2, "pattern": 3, "insight": 4, "fact": 5}
+
+
+def memory_line(memory: MemorySnippet) -> str:
+    label = MEMORY_LABELS.get(memory.memory_type, memory.memory_type.capitalize())
+    owner = " (the user's own)" if memory.source == "user" and memory.memory_type in ("rule", "preference") else ""
+    return f"{label}{owner}: {memory.content}"
+
+
+@dataclass
 class RenderInput:
+    memories: list[MemorySnippet] = field(default_factory=list)
     skills: list[SkillSnippet] = field(default_factory=list)
     episodes: list[EpisodeSnippet] = field(default_factory=list)
     traces: list[TraceSnippet] = field(default_factory=list)
@@ -135,7 +165,8 @@ class RenderInput:
 
     def empty(self) -> bool:
         return not (
-            self.skills
+            self.memories
+            or self.skills
             or self.episodes
             or self.traces
             or self.experiences
@@ -315,6 +346,12 @@ def _skill_body(skill: SkillSnippet, options: RenderOptions) -> str:
     return f'{clip(first_paragraph, options.skill_summary_chars)}\nFull skill: memos_skill_get(id="{skill.ref_id}")'
 
 
+def _memory_entry(number: int, memory: MemorySnippet, limit: int) -> str:
+    """A remembered memory: its first line (labelled) as the entry's head, any further lines below it."""
+    first, _, rest = memory_line(memory).partition("\n")
+    return _entry(number, f"{clip(first, limit)} (id={memory.ref_id})", rest, limit)
+
+
 def _entry(number: int, head: str, body: str, limit: int) -> str:
     body = escape_markers(body if len(body) <= limit else clamp_lines(body, limit))
     indented = "\n".join("   " + line for line in body.splitlines() if line.strip())
@@ -370,6 +407,14 @@ def render_block(data: RenderInput, *, reason: str = "turn_start", options: Rend
     full, updates = apply_provenance(data, lambda skill: _skill_body(skill, options))
     limit = options.snippet_max_chars
     sections: list[tuple[str, list[str]]] = []
+    if data.memories:  # what the user or agent asked to be remembered comes first: it is theirs
+        ordered = sorted(data.memories, key=lambda m: MEMORY_ORDER.get(m.memory_type, len(MEMORY_ORDER)))
+        sections.append(
+            (
+                "Remembered",
+                [_memory_entry(i, m, limit) for i, m in enumerate(ordered, 1)],
+            )
+        )
     if data.skills:
         sections.append(
             (
@@ -524,6 +569,8 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
     copies)."""
     full, updates = apply_provenance(data, _compact_skill_line)
     candidates: list[str] = []
+    ordered = sorted(data.memories, key=lambda m: MEMORY_ORDER.get(m.memory_type, len(MEMORY_ORDER)))
+    candidates += [clip(memory_line(m), COMPACT_LINE_CHARS) for m in ordered]
     candidates += [f"Avoid: {_unlabel(a)}" for a in data.repair_anti_pattern if a.strip()]
     candidates += [f"Prefer: {_unlabel(p)}" for p in data.repair_preference if p.strip()]
     for exp in full:

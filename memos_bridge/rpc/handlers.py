@@ -58,6 +58,13 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "skill.archive": core.archive_skill,
         "skill.restore": core.restore_skill,
         "events.subscribe": core.subscribe_events,
+        "memory.remember": core.remember,
+        "memory.get_memory": core.get_memory,
+        "memory.list_memories": core.list_memories,
+        "memory.update": core.update_memory,
+        "memory.forget": core.forget,
+        "memory.history": core.history,
+        "memory.purge": core.purge,
     }
 
 

@@ -40,10 +40,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import TextClause
 
-from memos_bridge.storage.models import PolicyRow, SearchableMixin, SkillRow, TraceRow, WorldModelRow
+from memos_bridge.storage.models import MemoryRow, PolicyRow, SearchableMixin, SkillRow, TraceRow, WorldModelRow
 from memos_bridge.storage.owner import OwnerFilter
 
-FtsKind = Literal["trace", "policy", "world_model", "skill"]
+FtsKind = Literal["trace", "policy", "world_model", "skill", "memory"]
 Tokenizer = Literal["word", "trigram"]
 
 TOKENIZERS: dict[Tokenizer, tuple[str, str]] = {
@@ -87,6 +87,7 @@ FTS_SPECS: dict[FtsKind, FtsSpec] = {
         ),
         FtsSpec("world_model", WorldModelRow, ("title", "body", "domain_tags_json")),
         FtsSpec("skill", SkillRow, ("name", "invocation_guide")),
+        FtsSpec("memory", MemoryRow, ("content", "tags_json")),
     )
 }
 

@@ -24,6 +24,7 @@ from sqlalchemy.sql.selectable import TextualSelect
 
 from memos_bridge.storage.models import (
     EpisodeRow,
+    MemoryRow,
     PolicyRow,
     SkillRow,
     TracePolicyLinkRow,
@@ -46,6 +47,7 @@ SEARCHABLE_TABLES: dict[str, Table] = {
     "policy": POLICIES,
     "skill": _table(SkillRow),
     "world_model": _table(WorldModelRow),
+    "memory": _table(MemoryRow),
 }
 HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
     # What ranking and rendering read (`retrieval/engine.py`): every other column, above all the JSON ones
@@ -93,6 +95,7 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "strength",
     ),
     "world_model": ("id", "status", "confidence", "title", "body", "strength"),
+    "memory": ("id", "status", "memory_type", "content", "importance", "source", "expires_at", "strength"),
 }
 SHAREABLE = True  # every searchable table has a share scope
 
@@ -211,7 +214,8 @@ def traces_with_signatures(
 _SUPERSEDE_CHAINS = text(
     "WITH RECURSIVE chain(from_kind, from_id, to_id, depth) AS ("
     " SELECT from_kind, from_id, to_id, 1 FROM memory_links"
-    " WHERE relation = 'supersedes' AND to_kind IN ('trace', 'policy', 'skill', 'world_model') AND to_id IN :ids"
+    " WHERE relation = 'supersedes'"
+    " AND to_kind IN ('trace', 'policy', 'skill', 'world_model', 'memory') AND to_id IN :ids"
     " UNION"
     " SELECT l.from_kind, l.from_id, l.to_id, c.depth + 1 FROM memory_links AS l"
     " JOIN chain AS c ON l.to_kind = c.from_kind AND l.to_id = c.from_id"

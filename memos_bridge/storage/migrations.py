@@ -39,7 +39,17 @@ from sqlalchemy.schema import CreateColumn
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.storage.engine import fts5_available, is_sqlite, sqlite_version, writer
 from memos_bridge.storage.fts import create_fts, rebuild_fts
-from memos_bridge.storage.models import Base, DecisionRepairRow, PolicyRow, SchemaMigrationRow
+from memos_bridge.storage.models import (
+    AuditEventRow,
+    Base,
+    DecisionRepairRow,
+    MemoryRow,
+    PolicyRow,
+    SchemaMigrationRow,
+    SkillRow,
+    TraceRow,
+    WorldModelRow,
+)
 from memos_bridge.timeutil import now_ms
 
 _MIGRATIONS_TABLE = Base.metadata.tables[SchemaMigrationRow.__tablename__]
@@ -130,6 +140,17 @@ def _experience_lesson(conn: Connection) -> None:
     ensure_column(conn, _table(PolicyRow).c.lesson_json)
 
 
+def _remembered_memories(conn: Connection) -> None:
+    """Memories written on purpose (a table with its FTS indexes), forgetting on every searchable kind, and
+    the audit index that `memory.history` reads by memory."""
+    ensure_table(conn, _table(MemoryRow))
+    for model in (TraceRow, PolicyRow, WorldModelRow, SkillRow):
+        ensure_column(conn, _table(model).c.forgotten_at)
+    ensure_index(conn, Index("ix_audit_events_target", _table(AuditEventRow).c.target))
+    if conn.dialect.name == "sqlite":
+        create_fts(conn)  # IF NOT EXISTS: only the new table's indexes and triggers are created
+
+
 def _table(model: type[Any]) -> Table:
     tbl = model.__table__
     assert isinstance(tbl, Table)
@@ -142,6 +163,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "learning_columns", _learning_columns),
     Migration(4, "experience_columns", _experience_columns),
     Migration(5, "experience_lesson", _experience_lesson),
+    Migration(6, "remembered_memories", _remembered_memories),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -162,6 +162,8 @@ class SearchableMixin(OwnershipMixin, ShareMixin, StrengthMixin):
 
     rid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True, sort_order=-20)
     id: Mapped[str] = mapped_column(String, nullable=False, unique=True, sort_order=-19)
+    # Set by `memory.forget` (together with `archived_at`): out of recall, search and lists until restored.
+    forgotten_at: Mapped[int | None] = _ms(nullable=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -440,6 +442,33 @@ class SkillRow(SearchableMixin, Base):
     edited_at: Mapped[int | None] = _ms(nullable=True)
 
 
+class MemoryRow(SearchableMixin, Base):
+    """A memory written on purpose (`memory.remember`): a fact, preference, rule, error, pattern or insight.
+
+    Unlike the learnt kinds it is not induced from traces: a user or an agent stated it. `importance` (0..1)
+    is the caller's weight, used like strength to break near-ties in ranking; `support` counts how often
+    the same memory was remembered again (merges); `expires_at` ends recall of a time-bound fact (the row
+    is archived then, restorable)."""
+
+    __tablename__ = "memories"
+    __table_args__ = (_owner_index("memories"), Index("ix_memories_type_hash", "memory_type", "content_hash"))
+
+    memory_type: Mapped[str] = _str("fact")  # fact | preference | rule | error | pattern | insight
+    content: Mapped[str] = _text()
+    content_hash: Mapped[str] = _str("")
+    tags_json: Mapped[list[str]] = _json_list()
+    importance: Mapped[float] = _float(0.5)
+    support: Mapped[int] = _int(1)
+    source: Mapped[str] = _str("agent")  # user | agent | host | import | …
+    status: Mapped[str] = _str("active", index=True)  # active | archived
+    expires_at: Mapped[int | None] = _ms(nullable=True)
+    session_id: Mapped[str | None] = _str(nullable=True)
+    meta_json: Mapped[dict[str, Any]] = _json_dict()
+    vec: Mapped[bytes | None] = _vector()
+    created_at: Mapped[int] = _ms()
+    updated_at: Mapped[int] = _ms()
+
+
 class SkillTrialRow(OwnershipMixin, Base):
     """One use of a skill whose outcome (pass/fail) feeds the skill's reliability estimate."""
 
@@ -567,9 +596,11 @@ class ApiLogRow(Base):
 
 
 class AuditEventRow(Base):
-    """An administrative event (edit, delete, import, share) kept for accountability."""
+    """An administrative event (edit, delete, import, share) kept for accountability; with `target`
+    "<kind>:<id>" it is also part of that memory's `memory.history`."""
 
     __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_target", "target"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     ts: Mapped[int] = _ms(index=True)

@@ -16,6 +16,7 @@ from memos_bridge.storage.models import (
     ApiLogRow,
     EmbeddingRetryRow,
     EpisodeRow,
+    MemoryRow,
     PolicyRow,
     SessionRow,
     SkillRow,
@@ -161,8 +162,11 @@ def list_traces(
     substring: str | None,
     limit: int,
     offset: int,
+    include_forgotten: bool = False,
 ) -> list[TraceRow]:
     stmt = select(TraceRow).where(visible(owner, TraceRow))
+    if not include_forgotten:
+        stmt = stmt.where(TraceRow.forgotten_at.is_(None))
     if session_id:
         stmt = stmt.where(TraceRow.session_id == session_id)
     if episode_id:
@@ -193,12 +197,14 @@ SEARCHABLE_MODELS: dict[str, Any] = {
     "policy": PolicyRow,
     "skill": SkillRow,
     "world_model": WorldModelRow,
+    "memory": MemoryRow,
 }
 VECTOR_COLUMNS: dict[str, tuple[str, ...]] = {
     "trace": ("vec_summary", "vec_action"),
     "policy": ("vec",),
     "skill": ("vec",),
     "world_model": ("vec",),
+    "memory": ("vec",),
 }
 
 

@@ -326,6 +326,8 @@ async def list_skills(ctx: LearningContext, params: dto.SkillListParams) -> dto.
             stmt = stmt.where(owner.clause(SkillRow))
         if params.status is not None:
             stmt = stmt.where(_status_is(SkillRow, params.status))
+        if not params.include_forgotten:
+            stmt = stmt.where(SkillRow.forgotten_at.is_(None))
         stmt = stmt.order_by(SkillRow.updated_at.desc(), SkillRow.rid.desc()).limit(params.limit).offset(params.offset)
         return [skill_dto(row) for row in db.scalars(stmt)]
 

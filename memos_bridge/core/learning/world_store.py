@@ -388,7 +388,12 @@ def get_world(db: Session, world_id: str, owner: OwnerFilter | None) -> dto.Worl
 
 
 def list_worlds(
-    db: Session, owner: OwnerFilter | None, status: str | None, limit: int, offset: int
+    db: Session,
+    owner: OwnerFilter | None,
+    status: str | None,
+    limit: int,
+    offset: int,
+    include_forgotten: bool = False,
 ) -> dto.WorldModelsResult:
     """World models visible to `owner`, most recently updated first; `status` archived includes decayed ones."""
     stmt = select(WorldModelRow)
@@ -398,6 +403,8 @@ def list_worlds(
         stmt = stmt.where(WorldModelRow.status != STATUS_ARCHIVED, WorldModelRow.archived_at.is_(None))
     elif status == STATUS_ARCHIVED:
         stmt = stmt.where((WorldModelRow.status == STATUS_ARCHIVED) | WorldModelRow.archived_at.is_not(None))
+    if not include_forgotten:
+        stmt = stmt.where(WorldModelRow.forgotten_at.is_(None))
     rows = db.scalars(
         stmt.order_by(WorldModelRow.updated_at.desc(), WorldModelRow.rid.desc()).limit(limit).offset(offset)
     )

@@ -468,6 +468,8 @@ async def list_policies(db: Database, params: dto.ListPoliciesParams) -> dto.Pol
             stmt = stmt.where(PolicyRow.status == params.status, PolicyRow.archived_at.is_(None))
         if params.experience_type is not None:
             stmt = stmt.where(PolicyRow.experience_type == params.experience_type)
+        if not params.include_forgotten:
+            stmt = stmt.where(PolicyRow.forgotten_at.is_(None))
         stmt = stmt.order_by(PolicyRow.updated_at.desc(), PolicyRow.rid.desc()).limit(params.limit)
         rows = session.scalars(stmt.offset(params.offset))
         return dto.PoliciesResult(policies=[policy_dto(row) for row in rows])
