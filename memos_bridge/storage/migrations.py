@@ -16,7 +16,7 @@ How a later change adds a migration
 
        def _add_trace_lang(conn: Connection) -> None:
            ensure_column(conn, TraceRow.__table__.c.lang)     # ALTER TABLE ADD COLUMN only if missing
-           ensure_index(conn, Index("ix_traces_lang", TraceRow.__table__.c.lang))
+           ensure_index(conn, _index(TraceRow, "ix_traces_lang"))   # the index declared on the model
 
    Because migration 1 already created the column on fresh databases, the helpers must check the
    inspector first (`ensure_column`, `ensure_index`, `ensure_table` do). A new NOT NULL column needs a
@@ -146,9 +146,15 @@ def _remembered_memories(conn: Connection) -> None:
     ensure_table(conn, _table(MemoryRow))
     for model in (TraceRow, PolicyRow, WorldModelRow, SkillRow):
         ensure_column(conn, _table(model).c.forgotten_at)
-    ensure_index(conn, Index("ix_audit_events_target", _table(AuditEventRow).c.target))
+    ensure_index(conn, _index(AuditEventRow, "ix_audit_events_target"))
     if conn.dialect.name == "sqlite":
         create_fts(conn)  # IF NOT EXISTS: only the new table's indexes and triggers are created
+
+
+def _index(model: type[Any], name: str) -> Index:
+    """The model's own declared index: a new `Index(name, column)` would attach a second index of that name to
+    the shared table metadata, and the next `create_all` in the process would try to create it twice."""
+    return next(index for index in _table(model).indexes if index.name == name)
 
 
 def _table(model: type[Any]) -> Table:
