@@ -635,6 +635,40 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
 
         self._track(state.writer.submit(job))
 
+    def on_memory_write(
+        self, action: str, target: str, content: str, metadata: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        """Mirror Hermes' built-in memory tool: an entry added to MEMORY.md / USER.md (or the new text of a
+        replaced one) is remembered as a fact / preference, so it is recalled when a later task is about it;
+        a removed entry is forgotten (restorable). Runs on the session's writer, never blocking the turn."""
+        text = str(content or "").strip()
+        if not text or not self._writable() or action not in ("add", "replace", "remove"):
+            return
+        assert self._lease is not None
+        client = self._lease.runtime.client
+        kind = "preference" if target == "user" else "fact"
+        namespace, agent, timeout = self._namespace, self.config.agent, self.config.write_timeout_s
+
+        def job() -> None:
+            if action != "remove":
+                client.memory_remember(
+                    text, type=kind, source="hermes", namespace=namespace, agent=agent, timeout=timeout
+                )
+                return
+            wanted = " ".join(text.split()).casefold()
+            listed = client.memory_list_memories(type=kind, limit=500, namespace=namespace, timeout=timeout)
+            for memory in listed.get("memories") or []:
+                if " ".join(str(memory.get("content", "")).split()).casefold() == wanted:
+                    client.memory_forget(
+                        memory["id"],
+                        "memory",
+                        reason="removed from Hermes memory",
+                        namespace=namespace,
+                        timeout=timeout,
+                    )
+
+        self._track(self._state().writer.submit(job))
+
     def on_session_switch(
         self,
         new_session_id: str,

@@ -15,6 +15,8 @@ land in the model's context.
 | `memos_skill_get` | `skill.get` recording a trial in the current episode |
 | `memos_feedback` | `feedback.submit` on the episode / a step, or `memory.reinforce` on a memory, typed by evidence |
 | `memos_pin` | `memory.pin` / `memory.unpin` |
+| `memos_remember` | `memory.remember` (a fact, preference, rule, … the user asked to keep) |
+| `memos_forget` | `memory.forget` (out of recall, restorable) |
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from memos_bridge.client import RpcError, ServiceClient, TransportClosed
 BODY_LIMIT = 1200
 SNIPPET_LIMIT = 600
 
-KIND_BY_PREFIX = {"tr_": "trace", "po_": "policy", "wm_": "world_model", "sk_": "skill"}
-MEMORY_KINDS = ["trace", "policy", "world_model", "skill"]
+KIND_BY_PREFIX = {"tr_": "trace", "po_": "policy", "wm_": "world_model", "sk_": "skill", "me_": "memory"}
+MEMORY_KINDS = ["trace", "policy", "world_model", "skill", "memory"]
+REMEMBERED_TYPES = ["fact", "preference", "rule", "error", "pattern", "insight"]
 EVIDENCE_TYPES = ["test_passed", "test_failed", "user_confirmed", "user_rejected", "diff_accepted", "self_report"]
 # How each evidence type strengthens or weakens a memory (memory.reinforce's evidence vocabulary).
 REINFORCE_EVIDENCE = {
@@ -187,6 +190,46 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
             "additionalProperties": False,
         },
     },
+    {
+        "name": "memos_remember",
+        "description": (
+            "Keep something for later tasks when the user asks you to remember it, or states a lasting "
+            'preference or rule ("always…", "never…", "from now on…"). One statement per call, in plain '
+            "words; it is shown again when a later task is about the same thing."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "content": {"type": "string", "minLength": 1, "maxLength": 2000, "description": "The statement."},
+                "type": {"type": "string", "enum": REMEMBERED_TYPES, "default": "fact"},
+                "fromUser": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "True when these are the user's own words (their rule is then protected).",
+                },
+                "importance": {"type": "number", "minimum": 0, "maximum": 1},
+                "ttlHours": {"type": "number", "exclusiveMinimum": 0, "description": "Only true for this long."},
+            },
+            "required": ["content"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "memos_forget",
+        "description": (
+            "Forget a memory the user says is wrong or no longer wanted (it stops being recalled; the user can "
+            "restore it). Use the id shown with the memory."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "minLength": 4, "description": "Memory id (me_/po_/tr_/wm_/sk_…)."},
+                "reason": {"type": "string", "maxLength": 500},
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+    },
 ]
 
 TOOL_NAMES = frozenset(schema["name"] for schema in TOOL_SCHEMAS)
@@ -200,6 +243,8 @@ TOOL_RPCS: dict[str, tuple[str, ...]] = {
     "memos_skill_get": ("skill.get",),
     "memos_feedback": ("feedback.submit", "memory.reinforce"),
     "memos_pin": ("memory.pin", "memory.unpin"),
+    "memos_remember": ("memory.remember",),
+    "memos_forget": ("memory.forget",),
 }
 """The RPC methods each tool calls (checked against the contract by a test)."""
 
@@ -306,6 +351,8 @@ def memos_get(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
         body = ctx.client.memory_get_policy(memory_id, namespace=ctx.namespace, timeout=ctx.timeout)
     elif kind == "world_model":
         body = ctx.client.memory_get_world(memory_id, namespace=ctx.namespace, timeout=ctx.timeout)
+    elif kind == "memory":
+        body = ctx.client.memory_get_memory(memory_id, namespace=ctx.namespace, timeout=ctx.timeout)
     else:
         body = ctx.client.skill_get(memory_id, namespace=ctx.namespace, timeout=ctx.timeout)
     if body is None:
@@ -449,6 +496,38 @@ def memos_pin(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     return {"ok": True, "id": memory_id, "kind": kind, "pinned": True}
 
 
+def memos_remember(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
+    if ctx.read_only:
+        raise ToolInputError("remembering is only done by the primary agent")
+    content = _text(args, "content")
+    kind = args.get("type") or "fact"
+    if kind not in REMEMBERED_TYPES:
+        raise ToolInputError(f"type must be one of {REMEMBERED_TYPES}")
+    hours = args.get("ttlHours")
+    importance = args.get("importance")
+    result = ctx.client.memory_remember(
+        content,
+        type=kind,
+        source="user" if args.get("fromUser") else "agent",
+        importance=None if importance is None else max(0.0, min(1.0, float(importance))),
+        ttl_ms=None if hours is None else max(1, int(float(hours) * 3_600_000)),
+        namespace=ctx.namespace,
+        agent=ctx.agent,
+        timeout=ctx.timeout,
+    )
+    return {"remembered": True, "id": result.get("id"), "merged": result.get("merged")}
+
+
+def memos_forget(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
+    if ctx.read_only:
+        raise ToolInputError("forgetting is only done by the primary agent")
+    memory_id = _text(args, "id")
+    kind = kind_of(memory_id, args.get("kind"))
+    reason = _text(args, "reason", required=False) or None
+    result = ctx.client.memory_forget(memory_id, kind, reason=reason, namespace=ctx.namespace, timeout=ctx.timeout)
+    return {"forgotten": True, "id": memory_id, "kind": kind, "flagged": result.get("flagged") or []}
+
+
 HANDLERS: dict[str, Callable[[ToolContext, Mapping[str, Any]], dict[str, Any]]] = {
     "memos_search": memos_search,
     "memos_get": memos_get,
@@ -458,6 +537,8 @@ HANDLERS: dict[str, Callable[[ToolContext, Mapping[str, Any]], dict[str, Any]]] 
     "memos_skill_get": memos_skill_get,
     "memos_feedback": memos_feedback,
     "memos_pin": memos_pin,
+    "memos_remember": memos_remember,
+    "memos_forget": memos_forget,
 }
 
 

@@ -293,3 +293,33 @@ def test_a_host_llm_override_serves_the_connection_while_its_provider_lives(
     result = client.llm_test(prompt="second", timeout=60)
     assert result["text"] == stub.text and len(stub.calls) == before + 1 and len(asked) == 1
     plain.shutdown()
+
+
+def test_remember_and_forget_tools_and_the_builtin_memory_mirror(hermes: tuple[Path, StubHostModel]) -> None:
+    manager, provider = _manager("hermes-remember")
+    client = _client(provider)
+
+    def tool(name: str, **args: Any) -> dict[str, Any]:
+        result = json.loads(manager.handle_tool_call(name, args))
+        assert isinstance(result, dict) and "error" not in result, (name, result)
+        return result
+
+    rule = tool("memos_remember", content="Release notes are written in British English.", type="rule", fromUser=True)
+    assert rule["remembered"] is True and str(rule["id"]).startswith("me_")
+    shown = tool("memos_get", id=rule["id"])["memory"]
+    assert shown["source"] == "user" and shown["protected"] is True and shown["type"] == "rule"
+    recalled = _turn(manager, provider, 1, "Draft the release notes for version 2.4", "Drafted.")
+    assert "British English" in recalled, recalled
+
+    # Hermes' own memory tool writes an entry: the provider mirrors it (USER.md entries are preferences).
+    manager.on_memory_write("add", "user", "Prefers short answers with code first.", {"write_origin": "tool"})
+    assert provider.flush(30)
+    mirrored = client.memory_list_memories(type="preference")["memories"]
+    assert [m["content"] for m in mirrored] == ["Prefers short answers with code first."]
+    manager.on_memory_write("remove", "user", "Prefers short answers with code first.")
+    assert provider.flush(30)
+    assert client.memory_list_memories(type="preference")["memories"] == []
+
+    assert tool("memos_forget", id=rule["id"], reason="the team switched to US English")["forgotten"] is True
+    assert "British English" not in _turn(manager, provider, 2, "Draft the release notes for 2.5", "Drafted.")
+    manager.shutdown_all()

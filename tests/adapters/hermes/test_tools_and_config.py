@@ -24,6 +24,8 @@ EXPECTED_TOOLS = {
     "memos_skill_get",
     "memos_feedback",
     "memos_pin",
+    "memos_remember",
+    "memos_forget",
 }
 
 
