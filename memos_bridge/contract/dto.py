@@ -292,6 +292,7 @@ class TraceDTO(WireModel):
     strength: float
     pinned: bool
     archived_at: int | None = None
+    forgotten_at: int | None = Field(None, description="Set by memory.forget: hidden until memory.restore.")
     protected: bool = Field(False, description="Failures cannot push it under the recall floor.")
     access_count: int = Field(0, description="Times retrieval returned it (recall never changes strength).")
     last_accessed_at: int | None = None
@@ -310,6 +311,7 @@ class TimelineParams(WireModel):
     episode_id: str = Field(..., min_length=1, max_length=200)
     namespace: ReadNamespace = _READ_NAMESPACE
     session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    include_forgotten: bool = Field(False, description="Show forgotten steps too (hidden otherwise).")
     limit: int = Field(200, ge=1, le=1000)
     offset: int = Field(0, ge=0)
 
@@ -484,6 +486,7 @@ class PolicyDTO(WireModel):
     tags: list[str] = Field(default_factory=list, description="Domain tags (e.g. json, git).")
     induced_by: str = Field("", description="Who wrote it: llm / rules (L2 induction) or feedback.experience.")
     archived_at: int | None = None
+    forgotten_at: int | None = Field(None, description="Set by memory.forget: hidden until memory.restore.")
     skill_note: PolicySkillNoteDTO | None = Field(
         None, description="For typed experiences the skill stage has seen: skipped reason, or the skill using it."
     )
@@ -538,6 +541,7 @@ class WorldModelDTO(WireModel):
     strength: float = 0.5
     pinned: bool = False
     archived_at: int | None = None
+    forgotten_at: int | None = Field(None, description="Set by memory.forget: hidden until memory.restore.")
     created_at: int
     updated_at: int
 
@@ -584,6 +588,7 @@ class SkillDTO(WireModel):
         "experiences it was built from by role, and the verifier's report.",
     )
     archived_at: int | None = None
+    forgotten_at: int | None = Field(None, description="Set by memory.forget: hidden until memory.restore.")
 
 
 SkillStatus = Literal["candidate", "active", "archived"]
@@ -919,7 +924,12 @@ ImportFormat = Literal["auto", "jsonl", "hermes"]
 class MemoryImportParams(WireModel):
     """memory.import: read an export (or Hermes' MEMORY.md / USER.md) back into a namespace."""
 
-    path: str = Field(..., min_length=1, max_length=4096, description="Absolute path of the file to read.")
+    path: str = Field(
+        ...,
+        min_length=1,
+        max_length=4096,
+        description="The file to read: absolute, or relative to the data home's exports/ folder.",
+    )
     mode: ImportMode = Field(
         "merge",
         description="merge: add what is missing, keep what exists (re-importing changes nothing); replace: purge "

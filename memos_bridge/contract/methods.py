@@ -387,6 +387,40 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("memory",),
     ),
     MethodSpec(
+        "memory.export",
+        "Write a namespace's memories to a file: JSONL (lossless, for memory.import) or Markdown (for people).",
+        dto.MemoryExportParams,
+        dto.MemoryExportResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, ErrorCode.CONFLICT, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.import",
+        "Read a memos-bridge JSONL export, or Hermes' MEMORY.md / USER.md, into a namespace; merge (idempotent) or "
+        "replace.",
+        dto.MemoryImportParams,
+        dto.MemoryImportResult,
+        errors=(ErrorCode.EMBEDDING_UNAVAILABLE, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.reflect",
+        "Consolidate now: run pending learning chains, revisit recent episodes' L2 induction, world models and "
+        "skill crystallisation, fold near-duplicate remembered memories, archive expired ones; returns what changed.",
+        dto.MemoryReflectParams,
+        dto.MemoryReflectResult,
+        errors=(ErrorCode.SESSION_NOT_FOUND, *_COMMON),
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.stats",
+        "Counts by kind, status and type, strength and age histograms, and the recall hit rate of recent turns.",
+        dto.MemoryStatsParams,
+        dto.MemoryStatsResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
         "events.subscribe",
         "Receive `events.notify` of a namespace besides the ones this connection works in (a connection gets "
         "the default namespace's events and those of every session it opens or runs turns in), or of all "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,7 +21,7 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
-from memos_bridge.core import purge
+from memos_bridge.core import purge, reflect, stats, transfer
 from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.background import BackgroundWork
 from memos_bridge.core.events import EventBus, scope_of
@@ -177,6 +178,11 @@ class MemoryCore:
             redactions=self._redaction_health(),
         )
 
+    @property
+    def home(self) -> Path:
+        """The data home: the folder whose files (exports) the service may read and write for any caller."""
+        return self.settings.home
+
     def redact(self, params: BaseModel) -> BaseModel:
         """`params` with every secret replaced (the same object when it held none): applied to each request
         before any method sees it."""
@@ -273,7 +279,9 @@ class MemoryCore:
             episode = repos.get_episode(db, params.episode_id)
             if episode is None or (owner is not None and not owner.can_see(episode)):
                 raise MemosError(ErrorCode.EPISODE_NOT_FOUND, f"episode not found: {params.episode_id}")
-            rows = repos.timeline(db, episode, limit=params.limit, offset=params.offset)
+            rows = repos.timeline(
+                db, episode, limit=params.limit, offset=params.offset, include_forgotten=params.include_forgotten
+            )
             status = (episode.status, episode.r_task)
             return dto.TracesResult(traces=[trace_dto(row, status) for row in rows])
 
@@ -403,6 +411,18 @@ class MemoryCore:
 
     async def purge(self, params: dto.MemoryPurgeParams) -> dto.MemoryPurgeResult:
         return await purge.purge(self.learning.ctx, params)
+
+    async def export(self, params: dto.MemoryExportParams) -> dto.MemoryExportResult:
+        return await transfer.export_memories(self.learning.ctx, params)
+
+    async def import_memories(self, params: dto.MemoryImportParams) -> dto.MemoryImportResult:
+        return await transfer.import_memories(self.learning.ctx, params)
+
+    async def reflect(self, params: dto.MemoryReflectParams) -> dto.MemoryReflectResult:
+        return await reflect.reflect(self.learning, self.memories, params)
+
+    async def stats(self, params: dto.MemoryStatsParams) -> dto.MemoryStatsResult:
+        return await self.db.read(lambda db: stats.stats_sync(db, params))
 
     # ------------------------------------------------------------ skills
 

@@ -53,6 +53,7 @@ def trace_dto(row: TraceRow, episode_status: tuple[str, float | None] | None = N
         strength=row.strength,
         pinned=row.pinned,
         archived_at=row.archived_at,
+        forgotten_at=row.forgotten_at,
         protected=row.protected,
         access_count=row.access_count,
         last_accessed_at=row.last_accessed_at,
@@ -111,6 +112,7 @@ def policy_dto(row: PolicyRow) -> PolicyDTO:
         tags=list(row.tags_json or []),
         induced_by=row.induced_by,
         archived_at=row.archived_at,
+        forgotten_at=row.forgotten_at,
         skill_note=_skill_note((row.meta_json or {}).get("skill")),
         lesson=_lesson(row.lesson_json),
     )

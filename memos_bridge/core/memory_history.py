@@ -29,6 +29,9 @@ _ACTIONS: Final[dict[str, str]] = {
     "memory.unpin": "unpinned",
     "memory.restore": "restored",
 }
+#: Within one millisecond, a creation comes first and an archive last: it is the effect of the evidence or
+#: decay step recorded at the same time.
+_ORDER_AT_SAME_TIME: Final[dict[str, int]] = {"created": 0, "archived": 2, "expired": 2}
 #: Audit actors → who the history names.
 _ACTORS: Final[dict[str, str]] = {"rpc": "host"}
 
@@ -93,5 +96,5 @@ def history_sync(db: Session, params: dto.MemoryHistoryParams) -> dto.MemoryHist
         StrengthEventRow.target_kind == params.kind, StrengthEventRow.target_id == params.id
     )
     events += [_strength_event(event) for event in db.scalars(strength)]
-    events.sort(key=lambda event: (event.ts, event.event != "created"))
+    events.sort(key=lambda event: (event.ts, _ORDER_AT_SAME_TIME.get(event.event, 1)))
     return dto.MemoryHistoryResult(id=params.id, kind=params.kind, events=events[-params.limit :])

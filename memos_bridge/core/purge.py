@@ -152,7 +152,7 @@ def _delete_in(db: Session, column: Any, ids: set[str]) -> int:
     return sum(_count(db, delete(column.class_).where(column.in_(chunk))) for chunk in _chunks(ids))
 
 
-def _purge_sync(db: Session, params: dto.MemoryPurgeParams) -> tuple[dict[str, int], int]:
+def purge_sync(db: Session, params: dto.MemoryPurgeParams) -> tuple[dict[str, int], int]:
     owner = _owner(db, params)
     plan = _gather(db, params, owner)
     sqlite = db.get_bind().dialect.name == "sqlite"
@@ -235,17 +235,17 @@ async def purge(ctx: LearningContext, params: dto.MemoryPurgeParams) -> dto.Memo
         raise MemosError(
             ErrorCode.INVALID_ARGUMENT, "memory.purge deletes for good: pass confirm: true", {"confirm": params.confirm}
         )
-    counts, audit_id = await ctx.db.write(lambda db: _purge_sync(db, params))
+    counts, audit_id = await ctx.db.write(lambda db: purge_sync(db, params))
     ctx.vectors.invalidate()  # reloaded from the database on the next search, without the purged rows
     cache = getattr(ctx.embedder, "cache", None)
     if cache is not None:
         cache.clear()
-    await _checkpoint(ctx)
+    await checkpoint(ctx)
     log.info("purge: %s", counts)
     return dto.MemoryPurgeResult(purged=counts, audit_id=audit_id)
 
 
-async def _checkpoint(ctx: LearningContext) -> None:
+async def checkpoint(ctx: LearningContext) -> None:
     """Copy the WAL into the database and truncate it, so no page image from before the purge stays there."""
     engine = ctx.db.engine
     if engine.dialect.name != "sqlite":

@@ -108,6 +108,28 @@ def _audit(db: Session, kind: str, row: Any, action: str, now: int, **detail: An
     db.add(AuditEventRow(ts=now, actor="rpc", kind=action, target=f"{kind}:{row.id}", detail_json=detail))
 
 
+def _archive_if_refuted(db: Session, kind: str, row: Any, after: float, now: int, settings: StrengthSettings) -> bool:
+    """Archive a memory that failure evidence has just pushed under the recall floor, so its status says what
+    recall already does (it is no longer recalled) and its history says why. Protected memories never get
+    here (failures stop at the floor for them); `memory.restore` brings it back at the floor. True when it
+    was archived now."""
+    if row.archived_at is not None or rules.is_recallable(after, settings):
+        return False
+    row.archived_at = now
+    if kind == "memory":  # its status is not a lifecycle's: it says archived whenever it is
+        row.status = "archived"
+    db.add(
+        AuditEventRow(
+            ts=now,
+            actor="service:strength",
+            kind="archived",
+            target=f"{kind}:{row.id}",
+            detail_json={"reason": "failures", "strength": round(after, 4), "recallFloor": settings.recall_floor},
+        )
+    )
+    return True
+
+
 def _restore_row(kind: str, row: Any, now: int, settings: StrengthSettings) -> bool:
     """Make `row` recallable again; True when its recall visibility changed (vector index to update).
 
@@ -295,7 +317,7 @@ class StrengthService:
         now = self.ctx.clock()
         settings = self.settings
 
-        def work(db: Session) -> dto.MemoryReinforceResult:
+        def work(db: Session) -> tuple[dto.MemoryReinforceResult, bool]:
             row = _memory(db, params.kind, params.id, owner)
             seen = db.scalar(
                 select(StrengthEventRow.id).where(
@@ -305,7 +327,7 @@ class StrengthService:
                 )
             )
             if seen is not None:
-                return dto.MemoryReinforceResult(id=row.id, strength=row.strength, applied=False)
+                return dto.MemoryReinforceResult(id=row.id, strength=row.strength, applied=False), False
             before = row.strength
             if params.evidence == "user_confirmed":
                 row.protected = True  # the user approved it: failures may no longer push it out of recall
@@ -313,6 +335,7 @@ class StrengthService:
             if params.evidence == "user_confirmed":
                 after = rules.lift_to_floor(after, settings)  # protected memories stay recallable
             row.strength = after
+            left = _archive_if_refuted(db, params.kind, row, after, now, settings)
             if params.evidence == "self_report":
                 row.access_count += 1  # the agent's claim is an access, not evidence
                 row.last_accessed_at = now
@@ -332,9 +355,12 @@ class StrengthService:
                     owner_workspace_id=row.owner_workspace_id,
                 )
             )
-            return dto.MemoryReinforceResult(id=row.id, strength=after, applied=True)
+            return dto.MemoryReinforceResult(id=row.id, strength=after, applied=True), left
 
-        return await self.ctx.db.write(work)
+        result, left = await self.ctx.db.write(work)
+        if left:
+            self.ctx.vectors.remove(params.kind, params.id)
+        return result
 
     # ------------------------------------------------------------ pin, unpin, restore
 

@@ -7,6 +7,7 @@ guard (MemosError → -32000/-32602 with `error.data`, pydantic ValidationError 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from jsonrpcserver import Success
@@ -16,12 +17,15 @@ from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.methods import METHODS, MethodSpec
 from memos_bridge.core.facade import MemoryCore
+from memos_bridge.core.transfer import paths
 
 Handler = Callable[..., Awaitable[Any]]
 CoreCall = Callable[[Any], Awaitable[BaseModel | None]]
 
 # Methods answered by the transport itself (connection state), not by core.
 TRANSPORT_METHODS = frozenset({"auth"})
+# Methods that read or write a file the caller names (`path`).
+FILE_METHODS = frozenset({"memory.export", "memory.import"})
 
 
 def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
@@ -65,10 +69,14 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "memory.forget": core.forget,
         "memory.history": core.history,
         "memory.purge": core.purge,
+        "memory.export": core.export,
+        "memory.import": core.import_memories,
+        "memory.reflect": core.reflect,
+        "memory.stats": core.stats,
     }
 
 
-def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel], BaseModel]) -> Handler:
+def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel], BaseModel], home: Path) -> Handler:
     params_model = spec.params
 
     async def handler(ctx: Any, **params: Any) -> Any:
@@ -77,6 +85,8 @@ def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel]
         validated = redact(params_model.model_validate(params))
         if getattr(validated, "namespace", None) == dto.ALL_NAMESPACES:
             _require_operator(ctx)
+        if spec.name in FILE_METHODS:
+            _require_file_access(ctx, getattr(validated, "path", None), home)
         result = await call(validated)
         return Success(None if result is None else result.model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -102,6 +112,28 @@ def _require_operator(ctx: Any) -> None:
     )
 
 
+def _require_file_access(ctx: Any, raw: str | None, home: Path) -> None:
+    """A file the service reads or writes for a caller (`memory.export` / `memory.import`) lies under the data
+    home, unless the caller runs on this machine as the service's user: the host that spawned it (stdio), a
+    process that reached the home's own socket, or a TCP client that proved it holds the token. An
+    unauthenticated TCP client (any local user, on a loopback daemon without a token) must not make the
+    service read or overwrite the user's files."""
+    if raw is None or paths.is_under(paths.resolve(home, raw), home):
+        return
+    transport = getattr(ctx, "transport", None)
+    peer = getattr(ctx, "peer", None)
+    if transport in ("stdio", "local"):
+        return
+    if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
+        return
+    raise MemosError(
+        ErrorCode.UNAUTHORIZED,
+        "over TCP without the token, files are read and written only under the data home: give a path relative "
+        f"to {paths.exports_dir(home)}, or connect with the token",
+        {"path": raw, "transport": transport},
+    )
+
+
 def build_methods(core: MemoryCore) -> dict[str, Handler]:
     """Handlers for every contract method except the transport's own; fails loudly if one is unbound."""
     bindings = _bindings(core)
@@ -111,5 +143,5 @@ def build_methods(core: MemoryCore) -> dict[str, Handler]:
             continue
         if spec.name not in bindings:
             raise RuntimeError(f"contract method {spec.name} has no core binding")
-        methods[spec.name] = _make_handler(spec, bindings[spec.name], core.redact)
+        methods[spec.name] = _make_handler(spec, bindings[spec.name], core.redact, core.home)
     return methods

@@ -144,13 +144,19 @@ def get_trace(db: Session, trace_id: str) -> TraceRow | None:
     return db.scalars(select(TraceRow).where(TraceRow.id == trace_id)).first()
 
 
-def timeline(db: Session, episode: EpisodeRow, *, limit: int, offset: int) -> list[TraceRow]:
-    """Episode order (the episode's trace list), not timestamp order: hosts may send skewed clocks."""
-    ordered_ids = list(episode.trace_ids_json or [])[offset : offset + limit]
+def timeline(
+    db: Session, episode: EpisodeRow, *, limit: int, offset: int, include_forgotten: bool = False
+) -> list[TraceRow]:
+    """Episode order (the episode's trace list), not timestamp order: hosts may send skewed clocks. Forgotten
+    steps are left out before paging, so a page is never short because of them."""
+    ordered_ids = list(episode.trace_ids_json or [])
     if not ordered_ids:
         return []
-    rows = {row.id: row for row in db.scalars(select(TraceRow).where(TraceRow.id.in_(ordered_ids)))}
-    return [rows[i] for i in ordered_ids if i in rows]
+    stmt = select(TraceRow).where(TraceRow.id.in_(ordered_ids))
+    if not include_forgotten:
+        stmt = stmt.where(TraceRow.forgotten_at.is_(None))
+    rows = {row.id: row for row in db.scalars(stmt)}
+    return [rows[i] for i in ordered_ids if i in rows][offset : offset + limit]
 
 
 def list_traces(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -188,6 +189,15 @@ def from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> s
     return _ANY_JSON
 
 
+def _confined(params: Any) -> Any:
+    """The service on stdio writes and reads any file its host names (`memory.export` / `import` `path`); the
+    fuzzer's host keeps those inside the service's own exports folder (no `/`, `~` or `..`), so a generated
+    path never touches the machine's files."""
+    if isinstance(params, dict) and isinstance(params.get("path"), str):
+        return {**params, "path": re.sub(r"[/\\~]|\.\.", "_", params["path"]) or "_"}
+    return params
+
+
 def _spoil(params: Any, data: st.DataObject) -> Any:
     """Replace one leaf (or add one field) of `params` with a hostile value."""
     hostile = data.draw(st.sampled_from(HOSTILE), label="hostile")
@@ -225,6 +235,7 @@ def test_every_method_answers_every_generated_request_with_one_clean_reply(raw: 
     params = data.draw(from_schema(_schema(spec.params)), label="params")
     if data.draw(st.integers(0, 2), label="spoil") > 0:
         params = _spoil(params, data)
+    params = _confined(params)
     request_id = next(_counter)
     reply = raw.request(spec.name, params, request_id)
     _well_formed_reply(reply, request_id)

@@ -107,7 +107,13 @@ def test_update_reindexes_and_forget_hides_everywhere_until_restored(tmp_path: P
             t["id"] for t in client.call("memory.list_traces", {"sessionId": session})["traces"]
         ]
         listed = client.call("memory.list_traces", {"sessionId": session, "includeForgotten": True})["traces"]
-        assert step["trace"] in [t["id"] for t in listed]
+        assert [t["forgottenAt"] for t in listed if t["id"] == step["trace"]] == [
+            pytest.approx(time.time() * 1000, abs=60_000)
+        ]
+        timeline = client.call("memory.timeline", {"episodeId": step["episode"]})["traces"]
+        assert step["trace"] not in [t["id"] for t in timeline]
+        every = client.call("memory.timeline", {"episodeId": step["episode"], "includeForgotten": True})["traces"]
+        assert step["trace"] in [t["id"] for t in every]
         later = _turn(
             client, client.call("session.open", {"agent": AGENT})["sessionId"], "rotate nginx logs", 9_000_000
         )
@@ -160,3 +166,62 @@ def test_purge_leaves_nothing_of_the_content_and_other_namespaces_intact(tmp_pat
     raw = b"".join(path.read_bytes() for path in home.glob("memos.db*"))
     assert secret_a.encode() not in raw
     assert secret_b.encode() in raw
+
+
+def test_failures_archive_a_memory_reflect_consolidates_and_stats_count(tmp_path: Path) -> None:
+    with ServiceClient.spawn(tmp_path / "home") as client:
+        wrong = client.call("memory.remember", {"content": "The billing service deploys with make ship-it."})
+        users = client.call(
+            "memory.remember", {"content": "Never deploy billing on Fridays.", "type": "rule", "source": "user"}
+        )
+        for n in range(6):  # six failures: an agent's note leaves recall, the user's own rule stays at the floor
+            for memory in (wrong, users):
+                client.call(
+                    "memory.reinforce",
+                    {"id": memory["id"], "kind": "memory", "evidence": "failure", "evidenceId": f"{memory['id']}-{n}"},
+                )
+        assert client.call("memory.get_memory", {"id": wrong["id"]})["status"] == "archived"
+        kept = client.call("memory.get_memory", {"id": users["id"]})
+        assert kept["status"] == "active" and kept["strength"] == pytest.approx(0.1)
+        hits = _search_ids(client, "how do I deploy the billing service")
+        assert wrong["id"] not in hits and users["id"] in hits
+        why = client.call("memory.history", {"id": wrong["id"], "kind": "memory"})["events"]
+        names = [e["event"] for e in why]
+        assert names == ["created", *["reinforced"] * 5, "archived", "reinforced"]  # the fifth took it under
+        assert why[6]["detail"] == {
+            "reason": "failures",
+            "strength": pytest.approx(0.084, abs=1e-3),
+            "recallFloor": 0.1,
+        }
+
+        # Two memories an edit made equal are folded by reflect into the older one (archived, not deleted).
+        first = client.call("memory.remember", {"content": "The VPN gateway for the lab is vpn.lab.example.org."})
+        second = client.call("memory.remember", {"content": "Lab printers are on the third floor.", "importance": 0.8})
+        client.call(
+            "memory.update",
+            {"id": second["id"], "kind": "memory", "content": "The VPN gateway for the lab is vpn.lab.example.org"},
+        )
+        session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        step = _captured(client, session, "connect to the lab VPN", "Connected through vpn.lab.example.org.", 1_000)
+        client.call("feedback.submit", {"episodeId": step["episode"], "polarity": "positive", "rationale": "works"})
+        _turn(client, session, "what is the lab VPN gateway", 3_000_000)
+        _turn(client, session, "order a pizza for the team", 6_000_000)
+        reflected = client.call("memory.reflect", {}, timeout=120)
+        assert reflected["merged"] == 1 and reflected["episodes"] >= 1
+        assert reflected["changes"]["memory"] == {"active": -1, "archived": 1}
+        merged = client.call("memory.get_memory", {"id": first["id"]})
+        assert merged["support"] == 2 and merged["importance"] == 0.8
+        assert client.call("memory.get_memory", {"id": second["id"]})["status"] == "archived"
+        totals = {kind: sum(n.values()) for kind, n in client.call("memory.stats", {})["counts"].items()}
+        again = client.call("memory.reflect", {}, timeout=120)
+        assert again["merged"] == 0 and again["episodes"] == reflected["episodes"]
+        # Re-running the chains creates nothing new (a status may still move, e.g. a skill trial resolving).
+        assert {kind: sum(n.values()) for kind, n in client.call("memory.stats", {})["counts"].items()} == totals
+        assert all(sum(delta.values()) == 0 for delta in again["changes"].values())
+
+        stats = client.call("memory.stats", {})
+        assert stats["counts"]["memory"] == {"active": 2, "archived": 2}
+        assert stats["types"]["memory"] == {"fact": 1, "rule": 1}
+        assert sum(b["count"] for b in stats["strength"]) == sum(b["count"] for b in stats["ageDays"]) > 0
+        assert stats["turns"] == 3 and 1 <= stats["turnsWithRecall"] <= 3
+        assert stats["recallHitRate"] == pytest.approx(stats["turnsWithRecall"] / 3, abs=1e-3)

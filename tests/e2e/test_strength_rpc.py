@@ -100,8 +100,8 @@ def test_reinforce_decay_pin_restore_and_link_over_the_wire(home: Path) -> None:
         # forgetting: pinned memories are exempt, archived ones leave recall and come back on restore
         assert client.call("memory.pin", {"id": keep, "kind": "trace"}) == {"ok": True}
         client.call("memory.flush", {}, timeout=60)  # access writes of the searches above
-        assert client.call("memory.decay", {"now": now + 15 * DAY}) == {"decayed": 2, "archived": 0}
-        assert client.call("memory.decay", {"now": now + 100 * DAY}) == {"decayed": 0, "archived": 2}
+        assert client.call("memory.decay", {"now": now + 15 * DAY}) == {"decayed": 2, "archived": 0, "expired": 0}
+        assert client.call("memory.decay", {"now": now + 100 * DAY}) == {"decayed": 0, "archived": 2, "expired": 0}
         archived = client.call("memory.get_trace", {"id": fixed})
         assert archived["archivedAt"] == now + 100 * DAY and archived["strength"] == pytest.approx(0.425)
         pinned = client.call("memory.get_trace", {"id": keep})

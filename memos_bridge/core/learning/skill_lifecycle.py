@@ -306,6 +306,7 @@ def skill_dto(row: SkillRow) -> dto.SkillDTO:
         summary=str(procedure.get("summary", "")),
         procedure=procedure or None,
         archived_at=row.archived_at,
+        forgotten_at=row.forgotten_at,
     )
 
 

@@ -374,6 +374,7 @@ def world_dto(row: WorldModelRow) -> dto.WorldModelDTO:
         strength=float(row.strength),
         pinned=bool(row.pinned),
         archived_at=row.archived_at,
+        forgotten_at=row.forgotten_at,
         created_at=int(row.created_at),
         updated_at=int(row.updated_at),
     )
