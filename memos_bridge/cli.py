@@ -1,4 +1,5 @@
-"""Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`, `llm serve`.
+"""Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`, `llm serve`,
+`memories …` (see `cli_memories.py`) and `backup PATH`.
 
 Imports stay light at module level: `serve` must claim stdout for the protocol before anything that may
 print (onnxruntime, loguru) is imported.
@@ -37,6 +38,24 @@ def _build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="print data home, database, schema version, embedder status, counts")
     doctor.add_argument("--home")
     doctor.add_argument("--no-model", action="store_true", help="skip loading the embedding model")
+
+    from memos_bridge import cli_memories  # stdlib-only at import time, like this module
+
+    cli_memories.add_parser(sub)
+
+    from memos_bridge.backup import RESTORE_HELP  # stdlib-only at import time
+
+    backup = sub.add_parser(
+        "backup",
+        help="copy the data home's SQLite database to PATH, consistent even while it is served",
+        description="Copy the data home's SQLite database with SQLite's online backup API: a consistent copy even "
+        "while a service writes to it. The copy is checked with PRAGMA integrity_check before it is kept.",
+        epilog=RESTORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    backup.add_argument("path", help="the file to write")
+    backup.add_argument("--home", help="data home (default: $MEMOS_BRIDGE_HOME or ~/.memos-bridge)")
+    backup.add_argument("--overwrite", action="store_true", help="replace an existing PATH (with a verified copy)")
 
     demo = sub.add_parser("demo", help="run a short scripted session that shows capture and recall")
     demo.add_argument("--home", help="data home for the demo (default: a temporary folder)")
@@ -216,6 +235,18 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(args.home, load_model=not args.no_model)
 
 
+def _cmd_memories(args: argparse.Namespace) -> int:
+    from memos_bridge.cli_memories import run
+
+    return run(args)
+
+
+def _cmd_backup(args: argparse.Namespace) -> int:
+    from memos_bridge.backup import run_backup
+
+    return run_backup(args.home, args.path, overwrite=args.overwrite)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from memos_bridge.demo import run_demo
 
@@ -267,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "serve": _cmd_serve,
         "doctor": _cmd_doctor,
+        "memories": _cmd_memories,
+        "backup": _cmd_backup,
         "demo": _cmd_demo,
         "contract": _cmd_contract,
         "llm": _cmd_llm,

@@ -1,4 +1,4 @@
-"""A synchronous JSON-RPC client for memos-bridge (stdio subprocess or TCP), thread-safe.
+"""A synchronous JSON-RPC client for memos-bridge (stdio subprocess, TCP, or a home owner's socket), thread-safe.
 
 Used by the demo, the benchmarks, the end-to-end tests and adapters that want a blocking API (the Hermes
 provider runs on host threads). It matches responses by id (the service answers out of order), serves
@@ -223,24 +223,49 @@ def spawn_connector(
     return connect
 
 
+def _socket_connection(sock: socket.socket) -> Connection:
+    """NDJSON over a connected stream socket (TCP or Unix): the same framing as stdio."""
+    sock.settimeout(None)
+    reader = sock.makefile("rb")
+    writer = sock.makefile("wb")
+
+    def close() -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            reader.close()
+        sock.close()
+        return None
+
+    return Connection(reader, writer, close)
+
+
 def tcp_connector(host: str, port: int, *, timeout: float = 10.0) -> Connector:
     """A connector to a `memos-bridge serve --tcp` daemon."""
 
     def connect() -> Connection:
-        sock = socket.create_connection((host, port), timeout=timeout)
-        sock.settimeout(None)
-        reader = sock.makefile("rb")
-        writer = sock.makefile("wb")
+        return _socket_connection(socket.create_connection((host, port), timeout=timeout))
 
-        def close() -> None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                reader.close()
+    return connect
+
+
+def unix_connector(path: str, *, timeout: float = 10.0) -> Connector:
+    """A connector to the local socket of the process that owns a data home (`transport/owner.py`).
+
+    Talking to the owner, rather than spawning a second service on the same home, means the caller sees
+    the owner's in-memory vector index and learning queue. The socket needs no token: its file mode already
+    limits it to the user who owns the home.
+    """
+
+    def connect() -> Connection:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except OSError:
             sock.close()
-            return None
-
-        return Connection(reader, writer, close)
+            raise
+        return _socket_connection(sock)
 
     return connect
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,7 @@ def test_doctor_on_a_fresh_home_and_after_use(tmp_path: Path) -> None:
     assert used.returncode == 0, used.stdout + used.stderr
     assert f"data home:      {home}" in used.stdout
     assert f"schema version: {LATEST_VERSION} (latest {LATEST_VERSION})" in used.stdout
-    assert "traces=1" in used.stdout and "sessions=1" in used.stdout
+    assert re.search(r"^  trace +active=1$", used.stdout, re.MULTILINE) and "sessions=1" in used.stdout
     assert "embedder:       ok" in used.stdout and "dim 384" in used.stdout
 
 
