@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from memos_bridge.contract.dto import ALL_NAMESPACES, ReadNamespace, RuntimeNamespace
+from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.storage.models import EpisodeRow, SessionRow
 from memos_bridge.storage.owner import OwnerFilter
 
@@ -95,3 +96,15 @@ def row_scope(
     host cannot read another namespace's row by pairing its own session with a foreign id.
     """
     return _named_scope(db, namespace, None, session_id, episode_id)[1]
+
+
+def bulk_scope(db: Session, namespace: RuntimeNamespace | None, session_id: str | None) -> OwnerFilter:
+    """The namespace an operation on a whole namespace acts in (purge, reflect, export): the one named (every
+    agent kind of it unless it names one), else the session's, else the default namespace — as reads resolve
+    it, except that an unknown session is an error here: an operation that deletes or writes must not fall
+    back to the default namespace because an id was mistyped."""
+    if namespace is None and session_id and db.get(SessionRow, session_id) is None:
+        raise MemosError(ErrorCode.SESSION_NOT_FOUND, f"session not found: {session_id}", {"sessionId": session_id})
+    owner = list_scope(db, namespace, session_id=session_id)
+    assert owner is not None  # only "*" names every namespace, and these operations do not accept it
+    return owner

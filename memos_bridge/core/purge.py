@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core.learning.context import LearningContext
-from memos_bridge.core.namespace import owner_for
+from memos_bridge.core.namespace import bulk_scope
 from memos_bridge.core.strength_rules import kind_of_id
 from memos_bridge.storage.fts import FTS_SPECS, TOKENIZERS
 from memos_bridge.storage.models import (
@@ -64,20 +64,6 @@ _SEARCHABLE: Final[dict[str, tuple[Any, Any]]] = {
     "memory": (MemoryRow, MemoryRow.created_at),
 }
 _ID_PREFIXES: Final[dict[str, str]] = {"se_": "session", "ep_": "episode"}
-
-
-def _owner(db: Session, params: dto.MemoryPurgeParams) -> OwnerFilter:
-    if params.namespace is not None:
-        named = owner_for("unknown", params.namespace)
-        return OwnerFilter(params.namespace.agent_kind, named.profile_id, named.workspace_id)
-    if params.session_id:
-        session = db.get(SessionRow, params.session_id)
-        if session is None:
-            raise MemosError(
-                ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}", {"sessionId": params.session_id}
-            )
-        return OwnerFilter(None, session.owner_profile_id, session.owner_workspace_id)
-    return OwnerFilter(None, "default", None)
 
 
 def _kind(memory_id: str) -> str | None:
@@ -153,7 +139,7 @@ def _delete_in(db: Session, column: Any, ids: set[str]) -> int:
 
 
 def purge_sync(db: Session, params: dto.MemoryPurgeParams) -> tuple[dict[str, int], int]:
-    owner = _owner(db, params)
+    owner = bulk_scope(db, params.namespace, params.session_id)
     plan = _gather(db, params, owner)
     sqlite = db.get_bind().dialect.name == "sqlite"
     if sqlite:

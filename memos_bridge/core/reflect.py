@@ -28,32 +28,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from memos_bridge.contract import dto
-from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core.learning.service import LearningService
 from memos_bridge.core.memories import NEAR_DUPLICATE, MemoryService, audit, memory_scope
-from memos_bridge.core.namespace import owner_for
+from memos_bridge.core.namespace import bulk_scope
 from memos_bridge.core.stats import stats_sync
 from memos_bridge.rules.sameness import same_statement
-from memos_bridge.storage.models import EpisodeRow, MemoryRow, SessionRow
+from memos_bridge.storage.models import EpisodeRow, MemoryRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.storage.vectors import from_blob
 
 log = logging.getLogger(__name__)
-
-
-def _owner(db: Session, params: dto.MemoryReflectParams) -> OwnerFilter:
-    """The namespace reflected on: the one named, else the session's, else the default (every agent kind)."""
-    if params.namespace is not None:
-        named = owner_for("unknown", params.namespace)
-        return OwnerFilter(params.namespace.agent_kind, named.profile_id, named.workspace_id)
-    if params.session_id:
-        session = db.get(SessionRow, params.session_id)
-        if session is None:
-            raise MemosError(
-                ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}", {"sessionId": params.session_id}
-            )
-        return OwnerFilter(None, session.owner_profile_id, session.owner_workspace_id)
-    return OwnerFilter(None, "default", None)
 
 
 def _owned(model: Any, owner: OwnerFilter) -> list[Any]:
@@ -151,7 +135,7 @@ async def reflect(
     learning: LearningService, memories: MemoryService, params: dto.MemoryReflectParams
 ) -> dto.MemoryReflectResult:
     ctx = learning.ctx
-    owner = await ctx.db.read(lambda db: _owner(db, params))
+    owner = await ctx.db.read(lambda db: bulk_scope(db, params.namespace, params.session_id))
     before = await ctx.db.read(lambda db: _counts(db, owner))
     expired = await memories.expire()
     chains_before = learning.queue.stats.chains_run

@@ -202,6 +202,7 @@ def test_export_purge_import_gives_the_same_recall_and_reimport_changes_nothing(
 
         # replace: the namespace is purged first, in the same transaction, and rebuilt from the file.
         client.call("memory.remember", {"content": "A memory that only exists after the export."})
+        client.call("memory.flush", {}, timeout=60)  # the access counts of the searches above land first
         replaced = client.call("memory.import", {"path": str(built.jsonl), "mode": "replace", "confirm": True})
         assert replaced["purged"]["memories"] == 4 and replaced["imported"] == built.counts
         assert _memories(client) == built.memories

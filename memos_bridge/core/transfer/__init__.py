@@ -21,31 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from sqlalchemy.orm import Session
 
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.core.learning.context import LearningContext
-from memos_bridge.core.namespace import default_read_owner, list_scope
+from memos_bridge.core.namespace import bulk_scope
 from memos_bridge.core.transfer import hermes, jsonl, markdown, paths
 from memos_bridge.core.transfer.export_store import ExportScope, close_kinds, readable_rows, schema_version
-from memos_bridge.storage.models import SessionRow
 from memos_bridge.storage.owner import OwnerFilter
 
 __all__ = ["export_memories", "import_memories"]
-
-
-def _owner(db: Session, params: dto.MemoryExportParams) -> OwnerFilter:
-    """The namespace exported: named, else the session's (which must exist), else the default one."""
-    if params.namespace is None and params.session_id and db.get(SessionRow, params.session_id) is None:
-        raise MemosError(
-            ErrorCode.SESSION_NOT_FOUND, f"session not found: {params.session_id}", {"sessionId": params.session_id}
-        )
-    if params.namespace is None and not params.session_id:
-        return default_read_owner()
-    owner = list_scope(db, params.namespace, session_id=params.session_id)
-    assert owner is not None  # only "*" reads every namespace, and an export cannot name it
-    return owner
 
 
 def _namespace(owner: OwnerFilter) -> dict[str, Any]:
@@ -62,7 +47,7 @@ async def export_memories(ctx: LearningContext, params: dto.MemoryExportParams) 
             f"kinds {sorted(kinds)} have no Markdown form (use format jsonl)",
             {"kinds": sorted(kinds)},
         )
-    owner = await ctx.db.read(lambda db: _owner(db, params))
+    owner = await ctx.db.read(lambda db: bulk_scope(db, params.namespace, params.session_id))
     scope = ExportScope(owner, kinds, params.include_forgotten)
     target = await anyio.to_thread.run_sync(
         paths.prepare_target, ctx.settings.home, params.path, params.format, ctx.clock(), params.overwrite
