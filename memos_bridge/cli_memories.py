@@ -525,19 +525,27 @@ _GETTERS = {
 }
 
 
+#: Requests `show` lists that a memory was recalled for (the latest).
+RECALLS_SHOWN = 3
+
+
 def _get(client: ServiceClient, kind: str, memory_id: str) -> dict[str, Any]:
-    """The memory as its kind's get method returns it (`item`), with its `created` history event (`created`:
-    where it came from) beside it."""
+    """The memory as its kind's get method returns it (`item`), with what its history says beside it: the
+    `created` event (where it came from), its links and the latest requests it was recalled for."""
     from memos_bridge.client import RpcError
 
     item = client.call(_GETTERS[kind], {"id": memory_id})
     if item is None:
         raise CliError(f"{kind.replace('_', ' ')} not found: {memory_id}")
-    created = None
+    events: list[dict[str, Any]] = []
     with contextlib.suppress(RpcError):
         events = client.call("memory.history", {"id": memory_id, "kind": kind})["events"]
-        created = next((event for event in events if event["event"] == "created"), None)
-    return {"item": item, "created": created}
+    return {
+        "item": item,
+        "created": next((event for event in events if event["event"] == "created"), None),
+        "links": [event["detail"] for event in events if event["event"] == "linked"],
+        "recalled": [event for event in events if event["event"] == "recalled"][-RECALLS_SHOWN:],
+    }
 
 
 @contextlib.contextmanager

@@ -244,6 +244,12 @@ def item_panel(kind: str) -> Renderer:
         for key in _SOURCES:
             if item.get(key):
                 grid.add_row(key, Text(_value(key, item[key])))
+        for link in shown.get("links") or []:
+            arrow = "→" if link.get("direction") == "to" else "←"
+            grid.add_row(f"link {link.get('relation')}", f"{arrow} {link.get('kind')} {link.get('id')}")
+        for recall in reversed(shown.get("recalled") or []):
+            query = clip(str(recall.get("detail", {}).get("query", "")), 80)
+            grid.add_row("recalled for", Text(f"{when(recall['ts'])}  {query}"))
         created = shown.get("created")
         if created:
             detail = {k: v for k, v in created.get("detail", {}).items() if v not in (None, "", [])}

@@ -844,7 +844,7 @@ class MemoryHistoryEventDTO(WireModel):
     event: str = Field(
         ...,
         description="created, updated, merged, reinforced, decayed, archived, expired, forgotten, restored, pinned, "
-        "unpinned, flagged, purged",
+        "unpinned, flagged, linked, recalled (the latest turns that injected it, with their request)",
     )
     actor: str = Field(..., description="Who: user, host (a JSON-RPC call), or the service stage that did it.")
     detail: dict[str, Any] = Field(default_factory=dict)

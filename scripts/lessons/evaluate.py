@@ -403,9 +403,18 @@ def run_service(
                     session = f"{family.name}-{task.id}"
                     sources.append(task.prompt)
                     t0 = time.perf_counter()
+                    # A deadline as long as the call's own timeout: this run measures what is recalled, and a
+                    # busy machine (CI) must not change that by cutting retrieval or routing short.
+                    deadline = int(time.time() * 1000 + rpc_timeout_s * 1000)
                     result = client.call(
                         "turn.start",
-                        {"agent": "lessons-eval", "sessionId": session, "userText": task.prompt, "ts": ts},
+                        {
+                            "agent": "lessons-eval",
+                            "sessionId": session,
+                            "userText": task.prompt,
+                            "ts": ts,
+                            "deadlineAt": deadline,
+                        },
                         timeout=rpc_timeout_s,
                     )
                     turn_ms = (time.perf_counter() - t0) * 1000

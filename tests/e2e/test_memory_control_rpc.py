@@ -61,6 +61,14 @@ def test_a_remembered_memory_is_recalled_merged_and_expires(tmp_path: Path) -> N
         assert "imperative mood" not in block  # relevance decides: the commit rule is about something else
         commit = _turn(client, session, "commit the fix for the login form and push the branch", 2_000_000)
         assert "Rule (the user's own): Write commit messages in the imperative mood." in commit["injectedContext"]
+        # Its history says what it was recalled for (the turns' requests) and what it is linked to.
+        client.call("memory.link", {"fromId": fact["id"], "toId": rule["id"], "relation": "related"})
+        client.call("memory.flush", {}, timeout=60)  # the turns' results are written after their answers
+        events = client.call("memory.history", {"id": fact["id"], "kind": "memory"})["events"]
+        recalled = [e["detail"]["query"] for e in events if e["event"] == "recalled"]
+        assert recalled == ["connect psql to the staging database"]
+        linked = [e["detail"] for e in events if e["event"] == "linked"]
+        assert linked == [{"relation": "related", "direction": "to", "kind": "memory", "id": rule["id"]}]
 
         # A time-bound fact: recalled until it expires, then archived by the decay run and restorable.
         soon = client.call(
