@@ -559,8 +559,11 @@ def _status(err: Console, message: str) -> Iterator[Any]:
 
 
 class _Silent:
+    """The spinner's stand-in when stderr is not a terminal: progress updates go nowhere, so scripts reading
+    the output see only results."""
+
     def update(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
+        return None
 
 
 def _exit_code(client: ServiceClient | None) -> int | None:
