@@ -28,21 +28,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from memos_bridge.ids import PREFIXES
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from memos_bridge.client import ServiceClient
 
-#: Id prefix → memory kind, as `memos_bridge/ids.py` mints them.
-KIND_BY_PREFIX: dict[str, str] = {
-    "me_": "memory",
-    "po_": "policy",
-    "wm_": "world_model",
-    "sk_": "skill",
-    "tr_": "trace",
-}
 #: What `list --kind` accepts (the contract's `MemoryKind`).
 LIST_KINDS = ("memory", "policy", "world_model", "skill", "trace")
+#: Id prefix → memory kind, as `memos_bridge/ids.py` mints them.
+KIND_BY_PREFIX: dict[str, str] = {PREFIXES[kind]: kind for kind in LIST_KINDS}
 #: What `purge --kind` accepts (the contract's `PurgeKind`).
 PURGE_KINDS = ("trace", "policy", "world_model", "skill", "memory", "episode", "session")
 #: What `export --kind` accepts (the contract's `ExportKind`).

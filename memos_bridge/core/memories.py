@@ -77,7 +77,7 @@ def content_hash(content: str) -> str:
 
 def memory_scope(owner: OwnerFilter) -> OwnerFilter:
     """Remembered memories are shared by every agent kind of a profile and workspace."""
-    return OwnerFilter(agent_kind=None, profile_id=owner.profile_id, workspace_id=owner.workspace_id)
+    return owner.every_agent()
 
 
 def embed_text(kind: str, row: Any) -> str:

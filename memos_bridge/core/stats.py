@@ -66,7 +66,7 @@ def _scoped(stmt: Any, model: Any, owner: OwnerFilter | None) -> Any:
     if owner is None:
         return stmt
     if model is MemoryRow:  # remembered memories belong to the profile and workspace, not to an agent kind
-        owner = OwnerFilter(None, owner.profile_id, owner.workspace_id)
+        owner = owner.every_agent()
     return stmt.where(owner.clause(model))
 
 

@@ -23,22 +23,17 @@ Strength reaches ranking only as a near-tie breaker (`tie_signal`, bounded by `f
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from memos_bridge.config import StrengthSettings
+from memos_bridge.ids import PREFIXES
 
 Evidence = Literal["test_passed", "diff_accepted", "user_confirmed", "self_report", "failure"]
 MemoryKind = Literal["trace", "policy", "world_model", "skill", "memory"]
 
 VERIFIED: Final[frozenset[str]] = frozenset({"test_passed", "diff_accepted", "user_confirmed"})
-#: Id prefixes of the memory kinds (`ids.PREFIXES`), to resolve an id that comes without its kind.
-KIND_BY_PREFIX: Final[dict[str, MemoryKind]] = {
-    "tr_": "trace",
-    "po_": "policy",
-    "wm_": "world_model",
-    "sk_": "skill",
-    "me_": "memory",
-}
+#: Id prefix → memory kind (from `ids.PREFIXES`, which mints them), to resolve an id that comes without its kind.
+KIND_BY_PREFIX: Final[dict[str, MemoryKind]] = {PREFIXES[kind]: kind for kind in get_args(MemoryKind)}
 #: Strength of a memory nobody has given evidence about (the column default).
 NEUTRAL_STRENGTH: Final = 0.5
 #: `supersedes` links followed from a recalled memory to its newest correction.

@@ -99,7 +99,7 @@ def kind_owner(kind: str, owner: OwnerFilter | None) -> OwnerFilter | None:
     not to the agent kind that wrote them: a rule remembered through the CLI or an MCP host applies to the
     Hermes agent of the same profile too. Every learnt kind stays with its agent kind."""
     if kind == "memory" and owner is not None:
-        return OwnerFilter(agent_kind=None, profile_id=owner.profile_id, workspace_id=owner.workspace_id)
+        return owner.every_agent()
     return owner
 
 

@@ -67,6 +67,11 @@ class OwnerFilter:
             self.workspace_id,
         )
 
+    def every_agent(self) -> OwnerFilter:
+        """This profile and workspace with every agent kind: the scope of what belongs to a person rather than
+        to the agent that wrote it (memories remembered on purpose)."""
+        return OwnerFilter(agent_kind=None, profile_id=self.profile_id, workspace_id=self.workspace_id)
+
     def as_columns(self) -> dict[str, Any]:
         """Owner column values for a new row: `TraceRow(**owner.as_columns(), ...)`."""
         if self.agent_kind is None:
