@@ -3,7 +3,7 @@
 The CLI is one more client of the service, not a second way into the database: each command is one or
 two JSON-RPC calls (`memory.list_memories`, `memory.search`, `memory.update`, …) to the process that serves
 the data home, so what it shows is what hosts recall and what it changes is what they recall next. How it
-reaches that process is decided in one place, `open_client`.
+reaches that process is decided in one place, `home_client.open_client`.
 
 Output is for people by default (tables, a panel for `show`, a spinner while a call may take a while) and,
 with `--json`, the method's JSON result as one document on stdout for scripts. Errors are one line on
@@ -222,53 +222,6 @@ def add_parser(sub: Any) -> None:
 # ---------------------------------------------------------------- connection
 
 
-def owner_socket(home: Path) -> str | None:
-    """The socket of the process serving `home`, when one is there and accepts a connection."""
-    import socket
-
-    from memos_bridge.transport import owner
-
-    path = owner.read_owner(home).socket_path
-    if path is None:
-        return None
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(2.0)
-        probe.connect(path)
-        return path
-    except OSError:
-        return None
-    finally:
-        probe.close()
-
-
-def open_client(home: Path, service_log: IO[bytes] | None = None) -> ServiceClient:
-    """A client of the service of `home`: its owner's socket when a process serves the home, else a service
-    started for this command.
-
-    Why not open the database directly, or always start a service: one process owns a data home and keeps
-    state the database alone does not show — the in-memory vector index that finds memories by meaning, and
-    the learning queue. A second process on the same home would search with an index that misses what the
-    owner wrote since it loaded, and the owner would search with one that misses the CLI's writes. So when
-    the owner's socket answers, the CLI speaks NDJSON JSON-RPC over it, like an attached host.
-
-    When nobody serves the home, the CLI starts `memos-bridge serve --home HOME` on stdio; that process takes
-    the home's lock and becomes its owner for the length of the command, then exits when the CLI closes its
-    input, leaving the home free. Should an owner appear between the check and the start, the started
-    `serve` attaches to it and relays (`transport/owner.py`), so the command still reaches the one memory.
-    `service_log` receives that service's stderr (shown when it fails to start).
-
-    Neither client reconnects by itself: a command whose service went away fails with one clear line
-    rather than silently starting another one.
-    """
-    from memos_bridge.client import ServiceClient, unix_connector
-
-    socket_path = owner_socket(home)
-    if socket_path is not None:
-        return ServiceClient(connector=unix_connector(socket_path), reconnect=False)
-    return ServiceClient.spawn(home, reconnect=False, stderr=service_log)
-
-
 # ---------------------------------------------------------------- running a command
 
 
@@ -293,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     from memos_bridge.client import CallTimeout, RpcError, TransportClosed
+    from memos_bridge.home_client import open_client
 
     out = Console(highlight=False)
     with tempfile.TemporaryFile() as service_log:

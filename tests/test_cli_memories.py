@@ -21,7 +21,7 @@ from typing import Any, get_args
 
 import pytest
 
-from memos_bridge import cli_memories
+from memos_bridge import cli_memories, home_client
 from memos_bridge.client import ServiceClient, unix_connector
 from memos_bridge.contract import dto
 from memos_bridge.transport import owner
@@ -157,7 +157,7 @@ def test_without_an_owner_a_command_serves_the_home_for_its_own_length(tmp_path:
     made = _json(home, "remember", "The office wifi password rotates every Monday.", "--type", "fact")
     assert made["kind"] == "memory" and made["id"].startswith("me_")
     # The service it started took the home, then exited with the command: nothing serves it now.
-    assert cli_memories.owner_socket(home) is None
+    assert home_client.owner_socket(home) is None
     pid = owner.read_owner(home).pid
     assert pid is not None
     with pytest.raises(ProcessLookupError):
@@ -175,7 +175,7 @@ def test_with_an_owner_the_cli_talks_to_it(served: tuple[Path, ServiceClient]) -
     )
     assert made["id"] in _ids(vector_hits["hits"], "refId")
     assert owner.read_owner(home).pid == host.process.pid  # still the one owner
-    with cli_memories.open_client(home) as client:  # the CLI's choice: the socket, no process of its own
+    with home_client.open_client(home) as client:  # the CLI's choice: the socket, no process of its own
         assert client.process is None
         assert client.call("memory.get_memory", {"id": made["id"]})["content"].startswith("Grafana")
 

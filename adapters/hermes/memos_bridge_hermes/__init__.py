@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from memos_bridge_hermes.feedback import FeedbackVerdict, detect_feedback
+from memos_bridge.rules.verdict import FeedbackVerdict, detect_feedback
 from memos_bridge_hermes.tools import TOOL_NAMES, TOOL_SCHEMAS
 
 if TYPE_CHECKING:

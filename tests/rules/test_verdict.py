@@ -4,7 +4,7 @@ sentences (questions, bare "不是", code with `r = …`, "对了" = by the way)
 from __future__ import annotations
 
 import pytest
-from memos_bridge_hermes.feedback import detect_feedback
+from memos_bridge.rules.verdict import detect_feedback
 
 NOT_FEEDBACK = [
     "不是所有的文件都需要修改",  # bare 不是: the reference adapter's false positive

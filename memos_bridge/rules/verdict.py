@@ -3,7 +3,8 @@
 When a host (or a benchmark runner such as SkillFlow) sends "Verifier feedback: task failed, r = -1 …" or a
 user types "不对，应该用 UTF-8", the service learns the most from it when it arrives as a structured
 `feedback.submit` bound to the episode and the steps it judges, not as just another user turn. This module
-decides *whether* a message is such a verdict, its polarity and its magnitude; the provider does the binding.
+decides *whether* a message is such a verdict, its polarity and its magnitude; the host adapters (the Hermes
+provider, the Claude Code hooks) do the binding.
 
 The reference adapter's markers fired on ordinary sentences (any "不是", any "wrong"), turning questions and
 statements into strong negative rewards. The rules here trade a little recall for precision:
