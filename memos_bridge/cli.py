@@ -1,5 +1,6 @@
 """Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`, `llm serve`,
-`memories …` (see `cli_memories.py`) and `backup PATH`.
+`memories …` (see `cli_memories.py`), `backup PATH`, and the MCP face's `mcp`, `hook`, `install`, `uninstall`
+(see `cli_mcp.py`).
 
 Imports stay light at module level: `serve` must claim stdout for the protocol before anything that may
 print (onnxruntime, loguru) is imported.
@@ -42,6 +43,10 @@ def _build_parser() -> argparse.ArgumentParser:
     from memos_bridge import cli_memories  # stdlib-only at import time, like this module
 
     cli_memories.add_parser(sub)
+
+    from memos_bridge import cli_mcp  # stdlib-only at import time
+
+    cli_mcp.add_parsers(sub)
 
     from memos_bridge.backup import RESTORE_HELP  # stdlib-only at import time
 
@@ -285,6 +290,24 @@ def _cmd_llm(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from memos_bridge.cli_mcp import cmd_mcp
+
+    return cmd_mcp(args)
+
+
+def _cmd_hook(args: argparse.Namespace) -> int:
+    from memos_bridge.cli_mcp import cmd_hook
+
+    return cmd_hook(args)
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    from memos_bridge.cli_mcp import cmd_install
+
+    return cmd_install(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.version:
@@ -303,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         "demo": _cmd_demo,
         "contract": _cmd_contract,
         "llm": _cmd_llm,
+        "mcp": _cmd_mcp,
+        "hook": _cmd_hook,
+        "install": _cmd_install,
+        "uninstall": _cmd_install,
     }
     return handlers[command](args)
 

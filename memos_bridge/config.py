@@ -472,6 +472,23 @@ class RedactionSettings(_Section):
         return self
 
 
+class McpSettings(_Section):
+    """The MCP face (`memos-bridge mcp`) and the Claude Code hook commands."""
+
+    namespace: str | None = Field(
+        None,
+        max_length=200,
+        description="One shared workspace id for every project (default: one namespace per project folder).",
+    )
+    prompt_timeout_s: float = Field(
+        8.0,
+        gt=0,
+        le=120,
+        description="How long the prompt hook waits for recalled memories before letting the prompt through "
+        "without them.",
+    )
+
+
 class Settings(_Section):
     home: Path = Field(default_factory=lambda: Path.home() / ".memos-bridge")
     lightweight: bool = Field(False, description="Capture + retrieval only (no reward, L2, L3, skills).")
@@ -486,6 +503,7 @@ class Settings(_Section):
     llm: LLMSettings = Field(default_factory=lambda: LLMSettings())
     logging: LoggingSettings = Field(default_factory=lambda: LoggingSettings())
     redaction: RedactionSettings = Field(default_factory=lambda: RedactionSettings())
+    mcp: McpSettings = Field(default_factory=lambda: McpSettings())
 
     @property
     def config_path(self) -> Path:

@@ -118,10 +118,11 @@ class FeedbackVerdict:
     reward: float | None = None
     verifier: dict[str, int] | None = field(default=None)
 
-    def raw(self, user_text: str, assistant_text: str | None = None) -> dict[str, Any]:
-        """The structured `raw` payload (a `{passed, total}` count goes under `verifier`)."""
+    def raw(self, user_text: str, assistant_text: str | None = None, *, host: str = "hermes") -> dict[str, Any]:
+        """The structured `raw` payload (a `{passed, total}` count goes under `verifier`); `host` names the
+        adapter that detected it."""
         payload: dict[str, Any] = {
-            "source": "hermes.feedback_detector",
+            "source": f"{host}.feedback_detector",
             "detector": self.source,
             "userText": user_text,
             "polarity": self.polarity,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -593,3 +595,59 @@ def test_apply_skips_unchanged_and_creates_parents(tmp_path: Path) -> None:
     apply([FileChange(tmp_path / "missing", None, None), FileChange(target, None, "{}\n")])
     assert target.read_text(encoding="utf-8") == "{}\n"
     assert not (tmp_path / "missing").exists()
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _cli(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(home), "MEMOS_BRIDGE_HOME": str(home / ".memos-bridge")}
+    return subprocess.run(
+        [sys.executable, "-m", "memos_bridge", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_install_and_uninstall_commands_show_the_diff_write_once_and_restore(tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "repo"
+    (project / ".git").mkdir(parents=True)
+    home.mkdir()
+    theirs = {"mcpServers": {"other": {"command": "other-server"}}}
+    (project / ".mcp.json").write_text(json.dumps(theirs), encoding="utf-8")
+
+    refused = _cli(["install", "claude-code"], home, project)  # not a terminal and no --yes: nothing written
+    assert refused.returncode == 1 and "--yes" in refused.stderr
+    assert json.loads((project / ".mcp.json").read_text(encoding="utf-8")) == theirs
+
+    dry = _cli(["install", "claude-code", "--dry-run"], home, project)
+    assert dry.returncode == 0 and '+    "memos-bridge"' in dry.stdout and not (project / ".claude").exists()
+
+    done = _cli(["install", "claude-code", "--yes"], home, project)
+    assert done.returncode == 0, done.stderr
+    servers = json.loads((project / ".mcp.json").read_text(encoding="utf-8"))["mcpServers"]
+    assert set(servers) == {"other", "memos-bridge"} and servers["memos-bridge"]["args"][-3:] == [
+        "mcp",
+        "--agent",
+        "claude-code",
+    ]
+    hooks = json.loads((project / ".claude" / "settings.json").read_text(encoding="utf-8"))["hooks"]
+    assert set(hooks) == {"UserPromptSubmit", "PostToolUse", "Stop"}
+
+    again = _cli(["install", "claude-code", "--yes"], home, project)
+    assert again.returncode == 0 and "already installed" in again.stdout
+
+    removed = _cli(["uninstall", "claude-code", "--yes"], home, project)
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads((project / ".mcp.json").read_text(encoding="utf-8")) == theirs
+    assert not (project / ".claude" / "settings.json").exists()
+
+    (project / ".cursor").mkdir()
+    (project / ".cursor" / "mcp.json").write_text("{broken", encoding="utf-8")
+    broken = _cli(["install", "cursor", "--yes"], home, project)
+    assert broken.returncode == 2 and "not valid JSON" in broken.stderr
+    assert (project / ".cursor" / "mcp.json").read_text(encoding="utf-8") == "{broken"

@@ -4,6 +4,7 @@ sentences (questions, bare "不是", code with `r = …`, "对了" = by the way)
 from __future__ import annotations
 
 import pytest
+
 from memos_bridge.rules.verdict import detect_feedback
 
 NOT_FEEDBACK = [

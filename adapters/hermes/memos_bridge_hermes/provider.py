@@ -43,10 +43,10 @@ from agent.memory_provider import MemoryProvider
 
 from memos_bridge.client import TransportClosed
 from memos_bridge.client_methods import build_params, now_ms
+from memos_bridge.rules.verdict import FeedbackVerdict, detect_feedback
 from memos_bridge_hermes import tools
 from memos_bridge_hermes.config import CONFIG_SCHEMA, AdapterConfig, load_config
 from memos_bridge_hermes.config import save_config as write_config
-from memos_bridge.rules.verdict import FeedbackVerdict, detect_feedback
 from memos_bridge_hermes.runtime import HostLlm, Lease, Recall, SessionState, TurnEnd, TurnState, acquire
 from memos_bridge_hermes.transcript import Delegation, content_text, extract_turn
 
