@@ -64,7 +64,7 @@ class MemoryMcpServer(MCPServer[Any]):
             ctx = self._context()
             found = await anyio.to_thread.run_sync(
                 functools.partial(
-                    ctx.client.skill_list, status="active", limit=100, namespace=ctx.namespace, timeout=ctx.timeout
+                    ctx.client.skill_list, status="active", limit=100, namespace=ctx.reads, timeout=ctx.timeout
                 )
             )
         except (RpcError, TransportClosed, CallTimeout, RuntimeError):
@@ -263,7 +263,7 @@ def _register_resources(server: MCPServer[Any], context: Callable[[], tools.Tool
             rows: list[dict[str, Any]] = []
             for kind in ("rule", "preference"):
                 found = ctx.client.memory_list_memories(
-                    type=kind, status="active", limit=200, namespace=ctx.namespace, timeout=ctx.timeout
+                    type=kind, status="active", limit=200, namespace=ctx.reads, timeout=ctx.timeout
                 )
                 rows += found.get("memories") or []
             return render.rules_markdown(rows)
@@ -281,7 +281,7 @@ def _register_resources(server: MCPServer[Any], context: Callable[[], tools.Tool
     )
     async def skill(skill_id: str) -> str:
         def read(ctx: tools.ToolContext) -> dict[str, Any] | None:
-            return ctx.client.skill_get(skill_id, namespace=ctx.namespace, timeout=ctx.timeout)
+            return ctx.client.skill_get(skill_id, namespace=ctx.reads, timeout=ctx.timeout)
 
         try:
             found = await anyio.to_thread.run_sync(read, context())

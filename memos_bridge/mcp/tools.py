@@ -12,7 +12,7 @@ feedback is then kept as a remembered lesson instead of being lost.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from memos_bridge.client import ServiceClient
@@ -35,14 +35,21 @@ class ToolInputError(ValueError):
 
 @dataclass
 class ToolContext:
-    """What every tool needs: the client, who calls (agent kind) and the namespace it works in."""
+    """What every tool needs: the client, who calls (agent kind) and the namespace it works in.
+
+    Writes carry the host's agent kind (`namespace`); reads name only the project (`reads`), so what Claude
+    Code, Cursor or Codex learnt in the same project is found by each of them.
+    """
 
     client: ServiceClient
     agent: str
     namespace: dict[str, Any]
     session_id: str | None = None
     timeout: float = CALL_TIMEOUT_S
-    notes: list[str] = field(default_factory=list)
+
+    @property
+    def reads(self) -> dict[str, Any]:
+        return {key: value for key, value in self.namespace.items() if key != "agentKind"}
 
 
 def kind_of(memory_id: str) -> str:
@@ -62,9 +69,8 @@ def memory_search(ctx: ToolContext, query: str, k: int = 8, kinds: list[SearchKi
     k = max(1, min(int(k), 30))
     result = ctx.client.memory_search(
         query,
-        agent=ctx.agent,
         top_k={"tier1": k, "tier2": k, "tier3": k},
-        namespace=ctx.namespace,
+        namespace=ctx.reads,
         timeout=ctx.timeout,
     )
     hits = [hit for hit in result.get("hits") or [] if not kinds or hit.get("refKind") in kinds]
@@ -77,7 +83,7 @@ def memory_search(ctx: ToolContext, query: str, k: int = 8, kinds: list[SearchKi
 def memory_get(ctx: ToolContext, id: str) -> str:
     """One memory in full, by the id a search or a recalled block showed."""
     kind = kind_of(id.strip())
-    client, ns, timeout = ctx.client, ctx.namespace, ctx.timeout
+    client, ns, timeout = ctx.client, ctx.reads, ctx.timeout
     reads = {
         "trace": client.memory_get_trace,
         "policy": client.memory_get_policy,
@@ -128,7 +134,7 @@ def memory_forget(ctx: ToolContext, id: str, reason: str | None = None) -> str:
 
 def current_episode(ctx: ToolContext) -> dict[str, Any] | None:
     """The newest episode (task) of this namespace, or None when no turn was recorded here yet."""
-    found = ctx.client.memory_list_episodes(limit=1, namespace=ctx.namespace, timeout=ctx.timeout)
+    found = ctx.client.memory_list_episodes(limit=1, namespace=ctx.reads, timeout=ctx.timeout)
     episodes = found.get("episodes") or []
     return episodes[0] if episodes else None
 
@@ -185,7 +191,7 @@ def memory_timeline(ctx: ToolContext, episode_id: str | None = None, limit: int 
             return "No task has been recorded in this project yet."
         episode_id = str(episode["id"])
     result = ctx.client.memory_timeline(
-        episode_id, limit=max(1, min(int(limit), 100)), namespace=ctx.namespace, timeout=ctx.timeout
+        episode_id, limit=max(1, min(int(limit), 100)), namespace=ctx.reads, timeout=ctx.timeout
     )
     traces = result.get("traces") or []
     if not traces:
@@ -203,7 +209,7 @@ def skill_list(
 ) -> str:
     """Skills learnt in this project (active ones are proven by successful tasks)."""
     result = ctx.client.skill_list(
-        status=status, limit=max(1, min(int(limit), 50)), namespace=ctx.namespace, timeout=ctx.timeout
+        status=status, limit=max(1, min(int(limit), 50)), namespace=ctx.reads, timeout=ctx.timeout
     )
     skills = result.get("skills") or []
     if not skills:
@@ -216,10 +222,23 @@ def skill_list(
 
 
 def skill_get(ctx: ToolContext, id: str) -> str:
-    """One skill in full: how to use it, what to prefer and avoid."""
+    """One skill in full: how to use it, what to prefer and avoid.
+
+    Read during an open task, it is recorded as a trial of the skill in that task: the task's verdict then
+    counts for or against the skill (a candidate becomes active after a passed trial).
+    """
     if not id.strip().startswith(PREFIXES["skill"]):
         raise ToolInputError(f"skill ids start with {PREFIXES['skill']!r}; list them with skill_list")
-    skill = ctx.client.skill_get(id.strip(), namespace=ctx.namespace, timeout=ctx.timeout)
+    episode = current_episode(ctx)
+    trial = episode is not None and episode.get("status") == "open"
+    skill = ctx.client.skill_get(
+        id.strip(),
+        record_trial=True if trial else None,
+        session_id=str(episode["sessionId"]) if trial and episode else None,
+        episode_id=str(episode["id"]) if trial and episode else None,
+        namespace=ctx.reads,
+        timeout=ctx.timeout,
+    )
     if skill is None:
         return f"No skill {id} in this project."
     return framed(memory_text("skill", skill))
@@ -231,16 +250,15 @@ def memory_environment(ctx: ToolContext, query: str | None = None, limit: int = 
     if query and query.strip():
         found = ctx.client.memory_search(
             query.strip(),
-            agent=ctx.agent,
             top_k={"tier1": 0, "tier2": 0, "tier3": limit},
-            namespace=ctx.namespace,
+            namespace=ctx.reads,
             timeout=ctx.timeout,
         )
         hits = [hit for hit in found.get("hits") or [] if hit.get("tier") == 3]
         if not hits:
             return f"No environment knowledge about {query.strip()!r} in this project."
         return framed([f"Environment knowledge about {query.strip()!r}:", *hit_lines(hits)])
-    result = ctx.client.memory_list_world_models(limit=limit, namespace=ctx.namespace, timeout=ctx.timeout)
+    result = ctx.client.memory_list_world_models(limit=limit, namespace=ctx.reads, timeout=ctx.timeout)
     models = result.get("worldModels") or []
     if not models:
         return "No environment knowledge learnt in this project yet."

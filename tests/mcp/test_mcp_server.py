@@ -1,5 +1,8 @@
 """`memos-bridge mcp` through the official MCP client over stdio: every tool, the resources, and one memory
-shared with the Claude Code hooks (the MCP server's service owns the home; the hook processes attach to it)."""
+shared with the Claude Code hooks (the MCP server's service owns the home; the hook processes attach to it).
+
+The server runs as another host (`--agent cursor`) in the same project as the hooks (Claude Code): what one
+host keeps or records there, the other reads."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from memos_bridge.client import ServiceClient
+from memos_bridge.mcp.project import resolve_namespace
 
 TOOLS = {
     "memory_search",
@@ -33,10 +39,12 @@ def _text(result: Any) -> str:
     return "\n".join(part.text for part in result.content if getattr(part, "text", None))
 
 
-def _hook(home: Path, project: Path, session: str, prompt: str) -> str:
+def _hook(home: Path, project: Path, session: str, prompt: str, event: str = "user-prompt-submit") -> str:
+    payload = {"session_id": session, "cwd": str(project)}
+    payload.update({"prompt": prompt} if event == "user-prompt-submit" else {"last_assistant_message": prompt})
     done = subprocess.run(
-        [sys.executable, "-m", "memos_bridge", "hook", "claude-code", "user-prompt-submit"],
-        input=json.dumps({"session_id": session, "cwd": str(project), "prompt": prompt}),
+        [sys.executable, "-m", "memos_bridge", "hook", "claude-code", event],
+        input=json.dumps(payload),
         capture_output=True,
         text=True,
         env={**os.environ, "MEMOS_BRIDGE_HOME": str(home)},
@@ -54,7 +62,7 @@ async def test_every_tool_through_the_mcp_client_and_one_memory_with_the_hooks(t
     env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memos_bridge", "mcp", "--agent", "claude-code"],
+        args=["-m", "memos_bridge", "mcp", "--agent", "cursor"],
         env={**env, "MEMOS_BRIDGE_HOME": str(home)},
         cwd=str(project),
     )
@@ -94,10 +102,11 @@ async def test_every_tool_through_the_mcp_client_and_one_memory_with_the_hooks(t
             # A prompt through the Claude Code hook attaches to this server's service and recalls the rule.
             context = _hook(home, project, "cc-1", "Write the release notes for the ledger service change")
             assert "docs/CHANGES.md" in context
+            _hook(home, project, "cc-1", "Added the entry to docs/CHANGES.md with the ticket id.", "stop")
 
             # The hook's turn is the current task for the task-scoped tools.
             timeline = await session.call_tool("memory_timeline", {})
-            assert not timeline.is_error
+            assert not timeline.is_error and "1 steps" in _text(timeline)
             feedback = await session.call_tool(
                 "memory_feedback",
                 {"polarity": "positive", "text": "The notes were right; keep the ticket id.", "passed": 3, "total": 3},
@@ -118,3 +127,103 @@ async def test_every_tool_through_the_mcp_client_and_one_memory_with_the_hooks(t
             assert "Forgot" in _text(forgotten)
             after = await session.call_tool("memory_search", {"query": "where do ledger release notes go"})
             assert memory_id not in _text(after)
+
+
+PARSE = {"name": "bash", "input": {"cmd": "python parse_13f.py filing.xml"}, "output": "parsed 312 infoTable rows"}
+SUM = {"name": "python", "input": {"code": "df.groupby('issuer').value.sum()"}, "output": "41 issuers"}
+WRITE = {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"}
+
+
+def _task(client: ServiceClient, session: str, text: str, tools: list[dict[str, Any]], reply: str, ts: int) -> str:
+    started = client.call("turn.start", {"agent": "claude-code", "sessionId": session, "userText": text, "ts": ts})
+    episode: str = started["query"]["episodeId"]
+    end = {"agent": "claude-code", "sessionId": session, "episodeId": episode, "agentText": reply, "ts": ts + 1}
+    client.call("turn.end", {**end, "toolCalls": tools}, timeout=60)
+    client.call("episode.close", {"episodeId": episode})
+    return episode
+
+
+@pytest.mark.anyio
+async def test_an_active_skill_is_a_resource_and_reading_it_in_a_task_is_a_trial(tmp_path: Path) -> None:
+    """A skill learnt from a failed and a passed task is listed and read as `memos://skills/<id>`; read through
+    `skill_get` during the next task it is a trial, which that task's verdict (`memory_feedback`) passes."""
+    home, project = tmp_path / "home", tmp_path / "filings"
+    (project / ".git").mkdir(parents=True)
+    namespace = resolve_namespace(project, agent="claude-code")
+    env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
+    owner_env = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
+    with ServiceClient.spawn(home, env=owner_env) as owner:  # the home's owner: the MCP server attaches to it
+        session = owner.call("session.open", {"agent": "claude-code", "namespace": namespace})["sessionId"]
+        failed = _task(
+            owner,
+            session,
+            "Compute the total value of the 13F holdings per issuer into answers.json",
+            [PARSE, WRITE],
+            "Wrote answers.json with every value multiplied by 1000.",
+            1_000,
+        )
+        verdict = {"task": "sec13f", "passed": 2, "total": 5}
+        owner.call(
+            "feedback.submit",
+            {
+                "episodeId": failed,
+                "polarity": "negative",
+                "rationale": "Do not multiply 13F infoTable values by 1000: they are already in thousands",
+                "raw": {"verifier": verdict},
+            },
+            timeout=120,
+        )
+        passed = _task(
+            owner,
+            session,
+            "Compute the total value per issuer of this quarter's 13F filing",
+            [PARSE, SUM, WRITE],
+            "Wrote answers.json: totals per issuer, values kept in thousands.",
+            10_000,
+        )
+        owner.call(
+            "feedback.submit",
+            {
+                "episodeId": passed,
+                "polarity": "positive",
+                "rationale": "All fields correct.",
+                "raw": {"verifier": {"task": "sec13f", "passed": 5, "total": 5}},
+            },
+            timeout=120,
+        )
+        (skill,) = owner.call("skill.list", {"namespace": namespace})["skills"]
+        assert skill["status"] == "active"  # anchored by the passed task's verdict
+
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memos_bridge", "mcp", "--agent", "claude-code"],
+            env={**env, "MEMOS_BRIDGE_HOME": str(home)},
+            cwd=str(project),
+        )
+        with anyio.fail_after(240):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                listed = await mcp.call_tool("skill_list", {})
+                assert skill["id"] in _text(listed)
+
+                _hook(home, project, "cc-2", "New 13F task: total the infoTable values per issuer of filing_q3.xml")
+                got = await mcp.call_tool("skill_get", {"id": skill["id"]})  # read during the task: a trial
+                assert skill["name"] in _text(got)
+                _hook(home, project, "cc-2", "Totals per issuer written to answers.json, in thousands.", "stop")
+                done = await mcp.call_tool(
+                    "memory_feedback",
+                    {"polarity": "positive", "text": "All totals match the filing.", "passed": 5, "total": 5},
+                )
+                assert "Recorded positive feedback" in _text(done), _text(done)
+                owner.call("memory.flush", {}, timeout=300)
+
+                after = owner.call("skill.get", {"id": skill["id"]})
+                assert (after["trialsAttempted"], after["trialsPassed"]) == (
+                    skill["trialsAttempted"] + 1,
+                    skill["trialsPassed"] + 1,
+                )
+                uris = {str(resource.uri) for resource in (await mcp.list_resources()).resources}
+                assert f"memos://skills/{skill['id']}" in uris
+                page = await mcp.read_resource(f"memos://skills/{skill['id']}")
+                text = page.contents[0].text  # type: ignore[union-attr]
+                assert text.startswith(f"# {skill['name']}") and "thousands" in text
