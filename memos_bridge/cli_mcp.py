@@ -36,7 +36,7 @@ def add_parsers(sub: Any) -> None:
         "the host: errors go to <home>/logs/hooks.log.",
     )
     hook.add_argument("host", choices=["claude-code"])
-    hook.add_argument("event", choices=["user-prompt-submit", "post-tool-use", "stop"])
+    hook.add_argument("event", choices=["user-prompt-submit", "post-tool-use", "post-tool-use-failure", "stop"])
     hook.add_argument("--home", help=HOME_HELP)
     hook.add_argument("--namespace", help="a shared workspace id instead of one per project")
 

@@ -8,7 +8,8 @@ hook commands at fixed points and passes one JSON object on stdin (`session_id`,
   now"), a `feedback.submit` bound to the previous turn's task and steps; then `turn.start`, whose injected
   block is printed as the hook's `additionalContext` — within `[mcp] prompt_timeout_s`, else nothing (a slow
   memory never holds the user's prompt back);
-* `post-tool-use` (`tool_name`, `tool_input`, `tool_response`): the call is spooled for the turn's capture
+* `post-tool-use` (`tool_name`, `tool_input`, `tool_response`) and `post-tool-use-failure` (`error`,
+  `is_interrupt`: Claude Code reports a failed call only there): the call is spooled for the turn's capture
   and its success or failure goes to `tool.outcome` at once (a burst of failures becomes a repair the next
   prompt recalls);
 * `stop`: `turn.end` with the reply and the tool calls read from the transcript (the spool when the transcript
@@ -42,7 +43,7 @@ from memos_bridge.mcp.project import resolve_namespace
 from memos_bridge.rules.verdict import detect_feedback
 
 HOST = "claude-code"
-EVENTS = ("user-prompt-submit", "post-tool-use", "stop")
+EVENTS = ("user-prompt-submit", "post-tool-use", "post-tool-use-failure", "stop")
 logger = logging.getLogger("memos_bridge.hooks")
 
 
@@ -114,7 +115,12 @@ def run(event: str, stdin: IO[str], stdout: IO[str], options: HookOptions) -> in
         session = str(payload.get("session_id") or "")
         if not session:
             raise ValueError("the hook input has no session_id")
-        handler = {"user-prompt-submit": on_prompt, "post-tool-use": on_tool, "stop": on_stop}[event]
+        handler = {
+            "user-prompt-submit": on_prompt,
+            "post-tool-use": on_tool,
+            "post-tool-use-failure": on_tool,
+            "stop": on_stop,
+        }[event]
         output = handler(payload, SessionState(options.home, session), options)
     except Exception:
         logger.exception("claude-code %s hook failed", event)
@@ -239,11 +245,21 @@ def _tool_success(response: Any) -> tuple[bool, str | None]:
     return True, None
 
 
+def _outcome(payload: dict[str, Any]) -> tuple[bool, str | None, str]:
+    """(success, error, output) of a `PostToolUse` payload (the call completed: its response) or a
+    `PostToolUseFailure` one (it failed: its `error`, and whether the user interrupted it)."""
+    if "error" in payload and "tool_response" not in payload:
+        error = str(payload.get("error") or "error")
+        return False, (f"interrupted: {error}" if payload.get("is_interrupt") else error)[:500], error
+    response = payload.get("tool_response")
+    success, failure = _tool_success(response)
+    output = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False, default=str)
+    return success, failure, output
+
+
 def on_tool(payload: dict[str, Any], store: SessionState, options: HookOptions) -> None:
     name = str(payload.get("tool_name") or "tool")[:200]
-    response = payload.get("tool_response")
-    success, error = _tool_success(response)
-    output = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False, default=str)
+    success, error, output = _outcome(payload)
     call: dict[str, Any] = {
         "name": name,
         "input": payload.get("tool_input"),

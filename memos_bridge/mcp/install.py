@@ -42,6 +42,7 @@ SERVER_NAME = "memos-bridge"
 _CLAUDE_HOOKS: tuple[tuple[str, str, int, str | None], ...] = (
     ("UserPromptSubmit", "user-prompt-submit", 30, None),
     ("PostToolUse", "post-tool-use", 30, "*"),
+    ("PostToolUseFailure", "post-tool-use-failure", 30, "*"),
     ("Stop", "stop", 60, None),
 )
 _CODEX_TABLE = "mcp_servers"

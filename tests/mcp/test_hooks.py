@@ -180,15 +180,19 @@ def test_a_failing_tool_reports_its_outcome_and_bad_input_never_fails_the_host(
     home, service = owner
     base = {"session_id": "cc-fail", "cwd": str(tmp_path)}
     _hook(home, "user-prompt-submit", {**base, "prompt": "run the migration script"})
-    for _ in range(3):
+    for _ in range(3):  # Claude Code reports a failed call through PostToolUseFailure, with its error
         _hook(
             home,
-            "post-tool-use",
+            "post-tool-use-failure",
             {
                 **base,
+                "hook_event_name": "PostToolUseFailure",
                 "tool_name": "Bash",
                 "tool_input": {"command": "./migrate.sh"},
-                "tool_response": {"stdout": "", "stderr": "permission denied: ./migrate.sh", "exitCode": 126},
+                "tool_use_id": "toolu_01",
+                "error": "Exit code 126\npermission denied: ./migrate.sh",
+                "is_interrupt": False,
+                "duration_ms": 41,
             },
         )
     _hook(home, "stop", {**base})  # no transcript: the spooled calls are the turn's steps
@@ -197,6 +201,7 @@ def test_a_failing_tool_reports_its_outcome_and_bad_input_never_fails_the_host(
     steps = service.call("memory.timeline", {"episodeId": episode["id"], "namespace": namespace})["traces"]
     calls = [call for step in steps for call in step["toolCalls"]]
     assert len(calls) == 3 and all(call.get("success") is False for call in calls)
+    assert all("permission denied" in str(call.get("errorCode")) for call in calls)
 
     for event, text in (("user-prompt-submit", "not json"), ("stop", "[]"), ("post-tool-use", '{"no": "session"}')):
         env = {**os.environ, "MEMOS_BRIDGE_HOME": str(home)}

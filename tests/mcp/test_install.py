@@ -136,6 +136,14 @@ def test_claude_code_fresh_install_project_scope(project: Path, home: Path) -> N
                     "hooks": [{"type": "command", "command": f"{CMD} hook claude-code post-tool-use", "timeout": 30}],
                 }
             ],
+            "PostToolUseFailure": [
+                {
+                    "matcher": "*",
+                    "hooks": [
+                        {"type": "command", "command": f"{CMD} hook claude-code post-tool-use-failure", "timeout": 30}
+                    ],
+                }
+            ],
             "Stop": [{"hooks": [{"type": "command", "command": f"{CMD} hook claude-code stop", "timeout": 60}]}],
         }
     }
@@ -154,7 +162,7 @@ def test_claude_code_hook_command_is_shell_quoted(project: Path, home: Path) -> 
 def test_claude_code_user_scope(project: Path, home: Path) -> None:
     install("claude-code", project, home, user=True)
     assert load(home / ".claude.json")["mcpServers"][SERVER_NAME]["args"][-3:] == ["mcp", "--agent", "claude-code"]
-    assert len(our_hook_commands(load(home / ".claude" / "settings.json"))) == 3
+    assert len(our_hook_commands(load(home / ".claude" / "settings.json"))) == 4
     assert list(project.iterdir()) == []
     uninstall("claude-code", project, home, user=True)
     assert not (home / ".claude.json").exists()
@@ -203,7 +211,7 @@ def test_claude_code_preserves_other_servers_hooks_and_keys(project: Path, home:
     assert list(doc["mcpServers"]) == ["other", SERVER_NAME]
     new = load(project / ".claude" / "settings.json")
     assert list(new) == ["permissions", "hooks", "model"]
-    assert list(new["hooks"]) == ["UserPromptSubmit", "PostToolUse", "SessionStart", "Stop"]
+    assert list(new["hooks"]) == ["UserPromptSubmit", "PostToolUse", "SessionStart", "PostToolUseFailure", "Stop"]
     assert new["hooks"]["UserPromptSubmit"][0] == settings["hooks"]["UserPromptSubmit"][0]
     assert new["hooks"]["PostToolUse"][0] == settings["hooks"]["PostToolUse"][0]
     assert new["hooks"]["PostToolUse"][1]["matcher"] == "*"
@@ -240,7 +248,7 @@ def test_claude_code_new_launcher_replaces_ours_in_place(project: Path, home: Pa
     install("claude-code", project, home, argv=["/other/python", "-m", "memos_bridge"])
     new = load(path)
     commands = our_hook_commands(new)
-    assert len(commands) == 3
+    assert len(commands) == 4
     assert all(command.startswith("/other/python -m memos_bridge hook claude-code ") for command in commands)
     assert [group["hooks"][0]["command"] for group in new["hooks"]["Stop"]] == [
         "a.sh",
@@ -636,7 +644,7 @@ def test_install_and_uninstall_commands_show_the_diff_write_once_and_restore(tmp
         "claude-code",
     ]
     hooks = json.loads((project / ".claude" / "settings.json").read_text(encoding="utf-8"))["hooks"]
-    assert set(hooks) == {"UserPromptSubmit", "PostToolUse", "Stop"}
+    assert set(hooks) == {"UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop"}
 
     again = _cli(["install", "claude-code", "--yes"], home, project)
     assert again.returncode == 0 and "already installed" in again.stdout
