@@ -114,9 +114,32 @@ def wire_models() -> list[type[dto.WireModel]]:
     return [seen[name] for name in sorted(seen)]
 
 
+def build_mcp_surface() -> dict[str, Any]:
+    """The MCP face's tools (names, descriptions, input schemas, annotations), resources and resource
+    templates, as an MCP host lists them: checked in next to the JSON-RPC contract so a change to what models
+    see is a visible diff, not an accident."""
+    import anyio
+
+    from memos_bridge.mcp.server import McpOptions, build_server
+
+    server = build_server(McpOptions(home=Path("unused")))  # nothing connects until a host starts a session
+
+    async def listing() -> dict[str, Any]:
+        tools = await server.list_tools()
+        templates = await server.list_resource_templates()
+        static = await server.static_resources()
+        return {
+            "tools": [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in tools],
+            "resources": [item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in static],
+            "resourceTemplates": [item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in templates],
+        }
+
+    return anyio.run(listing)
+
+
 def render_files() -> dict[str, str]:
     """Relative path under contracts/ → file text."""
-    files = {"openrpc.json": _dump(build_openrpc())}
+    files = {"openrpc.json": _dump(build_openrpc()), "mcp.json": _dump(build_mcp_surface())}
     for model in wire_models():
         files[f"schemas/{model.__name__}.json"] = _dump(model.model_json_schema(by_alias=True))
     return files

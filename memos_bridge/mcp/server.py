@@ -58,8 +58,12 @@ class MemoryMcpServer(MCPServer[Any]):
         super().__init__(**kwargs)
         self._context = context
 
+    async def static_resources(self) -> list[MCPResource]:
+        """The resources registered at start (without the live skills)."""
+        return await super().list_resources()
+
     async def list_resources(self) -> list[MCPResource]:
-        listed = await super().list_resources()
+        listed = await self.static_resources()
         try:
             ctx = self._context()
             found = await anyio.to_thread.run_sync(
@@ -144,8 +148,10 @@ async def _call(context: Callable[[], tools.ToolContext], fn: Callable[..., T], 
 
 def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolContext]) -> None:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    # Text only: a model reads the text block; a structured copy of the same string would double the tokens.
+    tool = functools.partial(server.tool, structured_output=False)
 
-    @server.tool(
+    @tool(
         description="Search this project's long-term memory: past steps, lessons (experiences with Do/Avoid/"
         "Check), skills, environment knowledge and remembered facts. Use 2-5 key words or a short question; "
         "identifiers (paths, error codes, function names) match exactly. Results carry ids for memory_get.",
@@ -161,7 +167,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.memory_search, query, k, kinds)
 
-    @server.tool(
+    @tool(
         description="Read one memory in full by the id a search or the recalled memories showed: tr_… (a step), "
         "po_… (a lesson), wm_… (environment knowledge), sk_… (a skill), me_… (a remembered fact).",
         annotations=read_only,
@@ -171,7 +177,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.memory_get, id)
 
-    @server.tool(
+    @tool(
         description="Remember something on purpose because the user asked you to, or because it will matter in "
         "later tasks (a convention, a preference, a rule). Later tasks about the same subject recall it.",
     )
@@ -188,7 +194,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.memory_remember, content, type, importance, ttl, from_user)
 
-    @server.tool(
+    @tool(
         description="Forget a memory that is wrong or no longer wanted (by id). It stops being recalled; a person "
         "can restore it.",
         annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
@@ -199,7 +205,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.memory_forget, id, reason)
 
-    @server.tool(
+    @tool(
         description="Record what went right or wrong on the current task, once you know (a test result, the "
         "user's verdict). Say what to do or avoid next time in one or two plain sentences: that sentence "
         "becomes the lesson later tasks recall.",
@@ -212,7 +218,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.memory_feedback, polarity, text, passed, total)
 
-    @server.tool(
+    @tool(
         description="The steps recorded for the current task (or for an episode id), oldest first.",
         annotations=read_only,
     )
@@ -222,7 +228,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.memory_timeline, episode_id, limit)
 
-    @server.tool(
+    @tool(
         description="Skills learnt in this project from tasks that succeeded.",
         annotations=read_only,
     )
@@ -232,14 +238,14 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     ) -> str:
         return await _call(context, tools.skill_list, status, limit)
 
-    @server.tool(
+    @tool(
         description="One skill in full (sk_… id): how to use it, what to prefer and what to avoid.",
         annotations=read_only,
     )
     async def skill_get(id: Annotated[str, Field(description="The skill's id.", min_length=3, max_length=200)]) -> str:
         return await _call(context, tools.skill_get, id)
 
-    @server.tool(
+    @tool(
         description="What was learnt about the environment (tools, services, file layouts, conventions of a "
         "domain): about a topic, or the newest when no query is given.",
         annotations=read_only,
