@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,9 @@ class McpOptions:
 class MemoryMcpServer(MCPServer[Any]):
     """`MCPServer` whose resource list also names every active skill (`memos://skills/<id>`), read live."""
 
-    def __init__(self, context: Callable[[], tools.ToolContext], **kwargs: Any) -> None:
+    def __init__(self, link: ServiceLink, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._context = context
+        self._link = link
 
     async def static_resources(self) -> list[MCPResource]:
         """The resources registered at start (without the live skills)."""
@@ -64,13 +65,12 @@ class MemoryMcpServer(MCPServer[Any]):
 
     async def list_resources(self) -> list[MCPResource]:
         listed = await self.static_resources()
+
+        def active(ctx: tools.ToolContext) -> dict[str, Any]:
+            return ctx.client.skill_list(status="active", limit=100, namespace=ctx.reads, timeout=ctx.timeout)
+
         try:
-            ctx = self._context()
-            found = await anyio.to_thread.run_sync(
-                functools.partial(
-                    ctx.client.skill_list, status="active", limit=100, namespace=ctx.reads, timeout=ctx.timeout
-                )
-            )
+            found = await anyio.to_thread.run_sync(self._link.run, active)
         except (RpcError, TransportClosed, CallTimeout, RuntimeError):
             return listed  # the static resources still list when the service is away
         for skill in found.get("skills") or []:
@@ -93,51 +93,106 @@ def build_server(options: McpOptions, connect: Callable[[], ServiceClient] | Non
         named=options.namespace,
         configured=options.configured_namespace,
     )
-    state: dict[str, tools.ToolContext] = {}
-
-    def context() -> tools.ToolContext:
-        if "ctx" not in state:
-            raise RuntimeError("the memory service is not connected yet")
-        return state["ctx"]
+    link = ServiceLink(options.agent, namespace)
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[None]:
         with contextlib.ExitStack() as stack:
-            client = connect() if connect is not None else _connect_owner(options.home, stack)
-            stack.callback(client.close)
-            opened = await anyio.to_thread.run_sync(
-                functools.partial(client.session_open, options.agent, namespace=namespace, meta={"face": "mcp"})
-            )
-            state["ctx"] = tools.ToolContext(client, options.agent, namespace, session_id=opened["sessionId"])
-            yield
-            state.pop("ctx", None)
+            opener = connect if connect is not None else _owner_opener(options.home, stack)
+            await anyio.to_thread.run_sync(link.open, opener)
+            try:
+                yield
+            finally:
+                link.close()
 
     server = MemoryMcpServer(
-        context,
+        link,
         name="memos-bridge",
         title="memos-bridge memory",
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         log_level="WARNING",
     )
-    _register_tools(server, context)
-    _register_resources(server, context)
+    _register_tools(server, link)
+    _register_resources(server, link)
     return server
 
 
-def _connect_owner(home: Path, stack: contextlib.ExitStack) -> ServiceClient:
+class ServiceLink:
+    """The server's client of the home's service, opened again when that service went away.
+
+    The owner the server attached to may be another host's service, which ends when that host does; the next
+    owner (or a service this server starts) serves the same home, so a tool call that finds the connection
+    closed reconnects once and runs again. Every tool is safe to repeat: reads change nothing, a remembered
+    memory merges with its equal, feedback carries an idempotency key, forgetting twice is forgetting.
+    """
+
+    def __init__(self, agent: str, namespace: dict[str, Any]) -> None:
+        self.agent, self.namespace = agent, namespace
+        self._lock = threading.Lock()
+        self._opener: Callable[[], ServiceClient] | None = None
+        self._ctx: tools.ToolContext | None = None
+
+    def open(self, opener: Callable[[], ServiceClient]) -> None:
+        with self._lock:
+            self._opener = opener
+            self._ctx = self._connect()
+
+    def _connect(self) -> tools.ToolContext:
+        assert self._opener is not None
+        client = self._opener()
+        try:
+            opened = client.session_open(self.agent, namespace=self.namespace, meta={"face": "mcp"})
+        except BaseException:
+            client.close()
+            raise
+        return tools.ToolContext(client, self.agent, self.namespace, session_id=opened["sessionId"])
+
+    def context(self) -> tools.ToolContext:
+        if self._ctx is None:
+            raise RuntimeError("the memory service is not connected yet")
+        return self._ctx
+
+    def reconnect(self, broken: tools.ToolContext) -> tools.ToolContext:
+        """A working context after `broken`'s connection closed (another thread may have reconnected)."""
+        with self._lock:
+            if self._ctx is not None and self._ctx is not broken:
+                return self._ctx
+            broken.client.close()
+            self._ctx = self._connect()
+            return self._ctx
+
+    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`fn(context, *args, **kwargs)`, run again on a fresh connection if the service went away."""
+        ctx = self.context()
+        try:
+            return fn(ctx, *args, **kwargs)
+        except TransportClosed:
+            return fn(self.reconnect(ctx), *args, **kwargs)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ctx is not None:
+                self._ctx.client.close()
+                self._ctx = None
+
+
+def _owner_opener(home: Path, stack: contextlib.ExitStack) -> Callable[[], ServiceClient]:
+    """Open a client of the home's owner (its socket, else a service started for this server, logging to
+    `<home>/logs/mcp-service.log`: stdout is the MCP protocol's)."""
     from memos_bridge.home_client import open_client
 
     (home / "logs").mkdir(parents=True, exist_ok=True)
     log: IO[bytes] = stack.enter_context((home / "logs" / "mcp-service.log").open("ab"))
-    return open_client(home, log)
+    return lambda: open_client(home, log)
 
 
-async def _call(context: Callable[[], tools.ToolContext], fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a tool function in a worker thread; anticipated failures become a tool error the model reads."""
+async def _call(link: ServiceLink, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a tool function in a worker thread (once more on a fresh connection when the service went away);
+    anticipated failures become a tool error the model reads."""
+
     try:
-        ctx = context()
-        return await anyio.to_thread.run_sync(functools.partial(fn, ctx, *args, **kwargs))
+        return await anyio.to_thread.run_sync(functools.partial(link.run, fn, *args, **kwargs))
     except tools.ToolInputError as exc:
         raise ToolError(str(exc)) from exc
     except RpcError as exc:
@@ -146,7 +201,7 @@ async def _call(context: Callable[[], tools.ToolContext], fn: Callable[..., T], 
         raise ToolError(f"memory service unavailable: {exc}") from exc
 
 
-def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolContext]) -> None:
+def _register_tools(server: MCPServer[Any], link: ServiceLink) -> None:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     # Text only: a model reads the text block; a structured copy of the same string would double the tokens.
     tool = functools.partial(server.tool, structured_output=False)
@@ -165,7 +220,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
             Field(description="Only these kinds (default: all)."),
         ] = None,
     ) -> str:
-        return await _call(context, tools.memory_search, query, k, kinds)
+        return await _call(link, tools.memory_search, query, k, kinds)
 
     @tool(
         description="Read one memory in full by the id a search or the recalled memories showed: tr_… (a step), "
@@ -175,7 +230,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
     async def memory_get(
         id: Annotated[str, Field(description="The memory's id.", min_length=3, max_length=200)],
     ) -> str:
-        return await _call(context, tools.memory_get, id)
+        return await _call(link, tools.memory_get, id)
 
     @tool(
         description="Remember something on purpose because the user asked you to, or because it will matter in "
@@ -192,7 +247,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
             bool, Field(description="True when the user stated it: a user's rule is protected from being weakened.")
         ] = False,
     ) -> str:
-        return await _call(context, tools.memory_remember, content, type, importance, ttl, from_user)
+        return await _call(link, tools.memory_remember, content, type, importance, ttl, from_user)
 
     @tool(
         description="Forget a memory that is wrong or no longer wanted (by id). It stops being recalled; a person "
@@ -203,7 +258,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
         id: Annotated[str, Field(description="The memory's id.", min_length=3, max_length=200)],
         reason: Annotated[str | None, Field(description="Why, for the history.", max_length=2000)] = None,
     ) -> str:
-        return await _call(context, tools.memory_forget, id, reason)
+        return await _call(link, tools.memory_forget, id, reason)
 
     @tool(
         description="Record what went right or wrong on the current task, once you know (a test result, the "
@@ -216,7 +271,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
         passed: Annotated[int | None, Field(description="Checks passed (with total).", ge=0)] = None,
         total: Annotated[int | None, Field(description="Checks run.", ge=1)] = None,
     ) -> str:
-        return await _call(context, tools.memory_feedback, polarity, text, passed, total)
+        return await _call(link, tools.memory_feedback, polarity, text, passed, total)
 
     @tool(
         description="The steps recorded for the current task (or for an episode id), oldest first.",
@@ -226,7 +281,7 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
         episode_id: Annotated[str | None, Field(description="ep_… (default: the current task).")] = None,
         limit: Annotated[int, Field(ge=1, le=100)] = 20,
     ) -> str:
-        return await _call(context, tools.memory_timeline, episode_id, limit)
+        return await _call(link, tools.memory_timeline, episode_id, limit)
 
     @tool(
         description="Skills learnt in this project from tasks that succeeded.",
@@ -236,14 +291,14 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
         status: Annotated[Literal["active", "candidate", "archived"] | None, Field(description="Filter.")] = None,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
     ) -> str:
-        return await _call(context, tools.skill_list, status, limit)
+        return await _call(link, tools.skill_list, status, limit)
 
     @tool(
         description="One skill in full (sk_… id): how to use it, what to prefer and what to avoid.",
         annotations=read_only,
     )
     async def skill_get(id: Annotated[str, Field(description="The skill's id.", min_length=3, max_length=200)]) -> str:
-        return await _call(context, tools.skill_get, id)
+        return await _call(link, tools.skill_get, id)
 
     @tool(
         description="What was learnt about the environment (tools, services, file layouts, conventions of a "
@@ -254,10 +309,10 @@ def _register_tools(server: MCPServer[Any], context: Callable[[], tools.ToolCont
         query: Annotated[str | None, Field(description="A domain or topic.", max_length=2000)] = None,
         limit: Annotated[int, Field(ge=1, le=30)] = 5,
     ) -> str:
-        return await _call(context, tools.memory_environment, query, limit)
+        return await _call(link, tools.memory_environment, query, limit)
 
 
-def _register_resources(server: MCPServer[Any], context: Callable[[], tools.ToolContext]) -> None:
+def _register_resources(server: MCPServer[Any], link: ServiceLink) -> None:
     @server.resource(
         "memos://rules",
         name="rules",
@@ -275,7 +330,7 @@ def _register_resources(server: MCPServer[Any], context: Callable[[], tools.Tool
             return render.rules_markdown(rows)
 
         try:
-            return await anyio.to_thread.run_sync(read, context())
+            return await anyio.to_thread.run_sync(link.run, read)
         except (RpcError, TransportClosed, CallTimeout, RuntimeError) as exc:
             raise ResourceError(f"memory service unavailable: {exc}") from exc
 
@@ -290,7 +345,7 @@ def _register_resources(server: MCPServer[Any], context: Callable[[], tools.Tool
             return ctx.client.skill_get(skill_id, namespace=ctx.reads, timeout=ctx.timeout)
 
         try:
-            found = await anyio.to_thread.run_sync(read, context())
+            found = await anyio.to_thread.run_sync(link.run, read)
         except RpcError as exc:
             raise ResourceNotFoundError(f"no skill {skill_id}: {exc}") from exc
         except (TransportClosed, CallTimeout, RuntimeError) as exc:

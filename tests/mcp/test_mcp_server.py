@@ -227,3 +227,33 @@ async def test_an_active_skill_is_a_resource_and_reading_it_in_a_task_is_a_trial
                 page = await mcp.read_resource(f"memos://skills/{skill['id']}")
                 text = page.contents[0].text  # type: ignore[union-attr]
                 assert text.startswith(f"# {skill['name']}") and "thousands" in text
+
+
+@pytest.mark.anyio
+async def test_the_server_reconnects_when_the_service_it_attached_to_goes_away(tmp_path: Path) -> None:
+    """Another host's service owns the home (it keeps serving while this server is attached, even after its
+    own host leaves); it crashes; the next tool call reaches the same memory through a service the MCP server
+    starts for itself."""
+    home, project = tmp_path / "home", tmp_path / "repo"
+    (project / ".git").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memos_bridge", "mcp", "--agent", "codex"],
+        env={**env, "MEMOS_BRIDGE_HOME": str(home)},
+        cwd=str(project),
+    )
+    other_host = ServiceClient.spawn(home)
+    other_host.call("core.health")
+    with anyio.fail_after(240):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            kept = await session.call_tool("memory_remember", {"content": RULE, "type": "rule"})
+            assert not kept.is_error
+            assert other_host.process is not None
+            other_host.process.kill()  # the owner the server attached to crashes
+            other_host.process.wait()
+            other_host.close()
+            found = await session.call_tool("memory_search", {"query": "where do ledger release notes go"})
+            assert not found.is_error, _text(found)
+            assert "docs/CHANGES.md" in _text(found)
