@@ -39,6 +39,17 @@ def _text(result: Any) -> str:
     return "\n".join(part.text for part in result.content if getattr(part, "text", None))
 
 
+def _server(home: Path, project: Path, agent: str) -> StdioServerParameters:
+    """`memos-bridge mcp` as a host starts it in `project` (no shared namespace from the environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memos_bridge", "mcp", "--agent", agent],
+        env={**env, "MEMOS_BRIDGE_HOME": str(home)},
+        cwd=str(project),
+    )
+
+
 def _hook(home: Path, project: Path, session: str, prompt: str, event: str = "user-prompt-submit") -> str:
     payload = {"session_id": session, "cwd": str(project)}
     payload.update({"prompt": prompt} if event == "user-prompt-submit" else {"last_assistant_message": prompt})
@@ -59,13 +70,7 @@ def _hook(home: Path, project: Path, session: str, prompt: str, event: str = "us
 async def test_every_tool_through_the_mcp_client_and_one_memory_with_the_hooks(tmp_path: Path) -> None:
     home, project = tmp_path / "home", tmp_path / "ledger"
     (project / ".git").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memos_bridge", "mcp", "--agent", "cursor"],
-        env={**env, "MEMOS_BRIDGE_HOME": str(home)},
-        cwd=str(project),
-    )
+    params = _server(home, project, "cursor")
     with anyio.fail_after(240):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
@@ -150,7 +155,6 @@ async def test_an_active_skill_is_a_resource_and_reading_it_in_a_task_is_a_trial
     home, project = tmp_path / "home", tmp_path / "filings"
     (project / ".git").mkdir(parents=True)
     namespace = resolve_namespace(project, agent="claude-code")
-    env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
     owner_env = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
     with ServiceClient.spawn(home, env=owner_env) as owner:  # the home's owner: the MCP server attaches to it
         session = owner.call("session.open", {"agent": "claude-code", "namespace": namespace})["sessionId"]
@@ -194,12 +198,7 @@ async def test_an_active_skill_is_a_resource_and_reading_it_in_a_task_is_a_trial
         (skill,) = owner.call("skill.list", {"namespace": namespace})["skills"]
         assert skill["status"] == "active"  # anchored by the passed task's verdict
 
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "memos_bridge", "mcp", "--agent", "claude-code"],
-            env={**env, "MEMOS_BRIDGE_HOME": str(home)},
-            cwd=str(project),
-        )
+        params = _server(home, project, "claude-code")
         with anyio.fail_after(240):
             async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
                 await mcp.initialize()
@@ -236,13 +235,7 @@ async def test_the_server_reconnects_when_the_service_it_attached_to_goes_away(t
     starts for itself."""
     home, project = tmp_path / "home", tmp_path / "repo"
     (project / ".git").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k != "MEMOS_BRIDGE_NAMESPACE"}
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memos_bridge", "mcp", "--agent", "codex"],
-        env={**env, "MEMOS_BRIDGE_HOME": str(home)},
-        cwd=str(project),
-    )
+    params = _server(home, project, "codex")
     other_host = ServiceClient.spawn(home)
     other_host.call("core.health")
     with anyio.fail_after(240):
