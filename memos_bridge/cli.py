@@ -35,6 +35,24 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 2 when another process already serves the data home, instead of attaching to it",
     )
+    serve.add_argument(
+        "--viewer", type=_parse_hostport, metavar="HOST:PORT", help="also serve the web viewer (e.g. 127.0.0.1:18799)"
+    )
+
+    viewer = sub.add_parser(
+        "viewer",
+        help="the web viewer: see what the agent learnt, live, and correct it",
+        description="Serves the viewer from this process, which then owns the data home (hosts attach to it). "
+        "Loopback by default; any other address needs transport.token, asked at a login page.",
+    )
+    viewer.add_argument(
+        "--bind",
+        type=_parse_hostport,
+        default=("127.0.0.1", 18799),
+        metavar="HOST:PORT",
+        help="default 127.0.0.1:18799",
+    )
+    viewer.add_argument("--home", help="data home (default: $MEMOS_BRIDGE_HOME or ~/.memos-bridge)")
 
     doctor = sub.add_parser("doctor", help="print data home, database, schema version, embedder status, counts")
     doctor.add_argument("--home")
@@ -95,7 +113,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     tcp = args.tcp
-    if tcp is None:
+    if tcp is None and args.command != "viewer":
         from memos_bridge.transport.stdio import claim_stdio
 
         claim_stdio()  # before any import that may print
@@ -125,6 +143,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         except PortInUse as exc:
             print(f"memos-bridge: {exc.strerror}", file=sys.stderr)
             return 1
+    viewer_sock = None
+    if getattr(args, "viewer", None) is not None:
+        from memos_bridge.viewer.runner import bind_socket
+
+        try:
+            viewer_sock = bind_socket(args.viewer[0], args.viewer[1], settings.transport.token)
+        except MemosError as exc:
+            print(f"memos-bridge: {exc.message}", file=sys.stderr)
+            return 2
     try:
         ensure_home(settings)
         lock = owner.try_lock(settings.home)
@@ -139,17 +166,36 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(settings)
     from memos_bridge import server
 
+    if lock is None and args.command == "viewer":
+        if viewer_sock is not None:
+            viewer_sock.close()
+        _refuse(settings.home)
+        print(
+            "memos-bridge: the viewer is served by the process that owns the data home: restart that service with "
+            "`--viewer 127.0.0.1:18799`, or stop it and run `memos-bridge viewer` again",
+            file=sys.stderr,
+        )
+        return 2
     if lock is None:
+        if viewer_sock is not None:
+            viewer_sock.close()
+            print(
+                "memos-bridge: warning: the data home's owner serves the viewer, not this attached process; "
+                "run `memos-bridge viewer` once the owner is gone, or start the owner with --viewer",
+                file=sys.stderr,
+            )
         if tcp is not None or args.no_attach:
             return _refuse(settings.home)
         lock = _attach_until_owner(settings.home)
         if lock is None:
             return 0  # the host ended its input while attached: a normal end
     try:
-        if tcp is None:
-            anyio.run(server.run_stdio, settings, lock.socket_path)
+        if getattr(args, "command", None) == "viewer":
+            anyio.run(server.run_owner, settings, lock.socket_path, viewer_sock)
+        elif tcp is None:
+            anyio.run(server.run_stdio, settings, lock.socket_path, viewer_sock)
         else:
-            anyio.run(server.run_tcp, settings, tcp[0], tcp[1], None, lock.socket_path)
+            anyio.run(server.run_tcp, settings, tcp[0], tcp[1], None, lock.socket_path, viewer_sock)
     except MemosError as exc:
         print(f"memos-bridge: {exc.message}", file=sys.stderr)
         return 2
@@ -168,6 +214,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         lock.release()
     return 0
+
+
+def _cmd_viewer(args: argparse.Namespace) -> int:
+    """`serve` with no host of its own: own the home, serve its socket and the viewer until Ctrl-C. A home
+    another process already serves is refused with the way out (that process serves its own viewer)."""
+    args.tcp, args.viewer, args.no_attach, args.lightweight = None, args.bind, True, False
+    return _cmd_serve(args)
 
 
 def _refuse(home: Path) -> int:
@@ -320,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command
     handlers = {
         "serve": _cmd_serve,
+        "viewer": _cmd_viewer,
         "doctor": _cmd_doctor,
         "memories": _cmd_memories,
         "backup": _cmd_backup,

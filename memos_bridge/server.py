@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -99,7 +101,11 @@ def _forward_events(core: MemoryCore, hub: PeerHub, group: anyio.abc.TaskGroup) 
     return stop
 
 
-async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Awaitable[None]]) -> None:
+async def _run(
+    settings: Settings,
+    serve: Callable[[dict[str, Any], PeerHub], Awaitable[None]],
+    viewer: socket.socket | None = None,
+) -> None:
     hub = PeerHub()
     core = await open_core(settings, hub)
     methods = build_methods(core)
@@ -114,6 +120,11 @@ async def _run(settings: Settings, serve: Callable[[dict[str, Any], PeerHub], Aw
             group.start_soon(core.backfill.run_forever)
             group.start_soon(core.strength.run_decay_loop)
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
+            if viewer is not None:
+                from memos_bridge.viewer.runner import serve_viewer
+
+                url = await group.start(serve_viewer, methods, core.events.subscribe, viewer, settings.transport.token)
+                print(f"memos-bridge: viewer on {url}", file=sys.stderr, flush=True)
             try:
                 await serve(methods, hub)
             finally:
@@ -143,7 +154,7 @@ async def _serve_owner_socket(
     )
 
 
-async def run_stdio(settings: Settings, owner_socket: str | None = None) -> None:
+async def run_stdio(settings: Settings, owner_socket: str | None = None, viewer: socket.socket | None = None) -> None:
     from memos_bridge.transport.stdio import serve_stdio
 
     async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
@@ -156,7 +167,19 @@ async def run_stdio(settings: Settings, owner_socket: str | None = None) -> None
                 await anyio.sleep(0.2)
             group.cancel_scope.cancel()
 
-    await _run(settings, serve)
+    await _run(settings, serve, viewer)
+
+
+async def run_owner(settings: Settings, owner_socket: str | None, viewer: socket.socket | None) -> None:
+    """Own the home without a host of its own (`memos-bridge viewer`): serve the home's socket, so hosts attach
+    to this process, and the viewer, until SIGINT / SIGTERM."""
+
+    async def serve(methods: dict[str, Any], hub: PeerHub) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_stop_on_signal, group.cancel_scope)
+            await _serve_owner_socket(owner_socket, methods, settings, hub, group)
+
+    await _run(settings, serve, viewer)
 
 
 async def run_tcp(
@@ -165,6 +188,7 @@ async def run_tcp(
     port: int,
     task_status: TaskStatus[int] | None = None,
     owner_socket: str | None = None,
+    viewer: socket.socket | None = None,
 ) -> None:
     from memos_bridge.transport.tcp import check_bind_allowed, check_port_free, serve_tcp
 
@@ -185,7 +209,7 @@ async def run_tcp(
             if task_status is not None:
                 task_status.started(bound_port)
 
-    await _run(settings, serve)
+    await _run(settings, serve, viewer)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
