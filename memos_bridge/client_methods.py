@@ -73,6 +73,10 @@ class RpcMethods(ABC, Generic[R, RN]):
         """Service status: version, uptime, schema, paths, embedder, LLM, learning queue."""
         return self._invoke("core.health", {}, timeout)
 
+    def core_config(self, *, timeout: float | None = None) -> R:
+        """The effective settings, secrets masked as `"••••"` → `{settings, sources{configFile, env}}`."""
+        return self._invoke("core.config", {}, timeout)
+
     # ------------------------------------------------------------------ sessions and episodes
 
     def session_open(
@@ -446,6 +450,21 @@ class RpcMethods(ABC, Generic[R, RN]):
         fields = {"from_id": from_id, "to_id": to_id, "relation": relation, "namespace": namespace}
         return self._invoke("memory.link", build_params(fields, extra), timeout)
 
+    def memory_set_status(
+        self,
+        id: str,
+        kind: str,
+        status: str,
+        *,
+        reason: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Set a `policy`, `world_model` or `skill` `active` or `archived` → `{ok, id, kind, status}`."""
+        fields = {"id": id, "kind": kind, "status": status, "reason": reason, "namespace": namespace}
+        return self._invoke("memory.set_status", build_params(fields, extra), timeout)
+
     # ------------------------------------------------------------------ memories written on purpose, edits
 
     def memory_remember(
@@ -656,6 +675,34 @@ class RpcMethods(ABC, Generic[R, RN]):
         fields = {"recent_turns": recent_turns, "session_id": session_id, "namespace": namespace}
         return self._invoke("memory.stats", build_params(fields, extra), timeout)
 
+    def memory_retrieval_log(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | str | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Recent turn.start results, newest first → `{entries}` (`RetrievalLogEntry`: query, hitIds, stats…)."""
+        fields = {"limit": limit, "offset": offset, "session_id": session_id, "namespace": namespace}
+        return self._invoke("memory.retrieval_log", build_params(fields, extra), timeout)
+
+    def memory_analytics(
+        self,
+        *,
+        days: int | None = None,
+        now: int | None = None,
+        session_id: str | None = None,
+        namespace: Mapping[str, Any] | str | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Per-day series (written, turns, hit rate, verified tasks), LLM usage, latency → `AnalyticsResult`."""
+        fields = {"days": days, "now": now, "session_id": session_id, "namespace": namespace}
+        return self._invoke("memory.analytics", build_params(fields, extra), timeout)
+
     # ------------------------------------------------------------------ skills
 
     def skill_list(
@@ -700,6 +747,20 @@ class RpcMethods(ABC, Generic[R, RN]):
     def skill_restore(self, id: str, *, timeout: float | None = None, **extra: Any) -> R:
         """Bring a skill archived by reliability back → `{ok}`."""
         return self._invoke("skill.restore", build_params({"id": id}, extra), timeout)
+
+    def skill_review(
+        self,
+        id: str,
+        decision: str,
+        *,
+        reason: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """A person's `approve` (active) or `reject` (archived for good) of a skill → `{ok, skill}`."""
+        fields = {"id": id, "decision": decision, "reason": reason, "namespace": namespace}
+        return self._invoke("skill.review", build_params(fields, extra), timeout)
 
     # ------------------------------------------------------------------ events
 

@@ -615,6 +615,18 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def env_names(env: Mapping[str, str]) -> list[str]:
+    """Names of the environment variables `load_settings` reads from `env` (the home, the token, the
+    lightweight switch, every `MEMOS_BRIDGE_SECTION__FIELD`), sorted: where the settings came from, without
+    the values (a token's name may be shown, its value never)."""
+    names = []
+    for name in env:
+        key = name[len(ENV_PREFIX) :].lower() if name.startswith(ENV_PREFIX) else ""
+        if key in ("home", "token", "lightweight") or "__" in key:
+            names.append(name)
+    return sorted(names)
+
+
 def load_settings(
     home: str | Path | None = None,
     env: Mapping[str, str] | None = None,

@@ -38,7 +38,11 @@ SAMPLES: dict[str, Any] = {
     "content": "The staging database listens on port 5433.",
     "confirm": True,
     "path": "/tmp/export.jsonl",
+    "decision": "approve",
+    "status": "archived",
 }
+# Required arguments whose general sample a method does not accept, by method.
+SAMPLE_FOR: dict[str, dict[str, Any]] = {"memory.set_status": {"kind": "policy"}}
 
 
 # Optional arguments a method needs one of (its params model rejects a call with none), by method.
@@ -79,7 +83,8 @@ def test_every_contract_method_has_a_wrapper_on_both_clients(spec: MethodSpec) -
 @pytest.mark.parametrize("spec", METHODS, ids=lambda spec: spec.name)
 def test_wrapper_sends_params_the_contract_accepts(spec: MethodSpec) -> None:
     wrapper = getattr(Recorder(), wrapper_name(spec.name))
-    method, params = wrapper(**_required_args(wrapper), **NEEDS_ONE_OF.get(spec.name, {}))
+    args = {**_required_args(wrapper), **SAMPLE_FOR.get(spec.name, {}), **NEEDS_ONE_OF.get(spec.name, {})}
+    method, params = wrapper(**args)
     assert method == spec.name
     spec.params.model_validate(params)  # raises on a missing required field or an unknown one
     parameters = set(inspect.signature(wrapper).parameters)

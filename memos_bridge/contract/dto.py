@@ -233,6 +233,27 @@ class TierLatencyDTO(WireModel):
     tier3: float = 0.0
 
 
+class RetrievalFunnelDTO(WireModel):
+    """How many candidates survived each step of one retrieval, so a reader can see where memories were lost:
+    found by no channel, not eligible, under the relevance threshold, a repeat, over a tier's cap, or
+    judged irrelevant by the LLM filter. Each count after `candidates` is at most the one before it."""
+
+    channels: dict[str, int] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Candidates each channel found before hydration (fts_word, fts_trigram, pattern, exact, "
+        "structural, vec_summary, vec_action, vec); a memory found by two channels counts in both.",
+    )
+    candidates: int = Field(0, ge=0, description="Eligible candidates after hydration and roll-ups.")
+    thresholded: int = Field(0, ge=0, description="Left after the relative relevance threshold.")
+    deduped: int = Field(0, ge=0, description="Left after near-repeats were folded.")
+    selected: int = Field(0, ge=0, description="Left after the per-tier caps (with episode roll-ups).")
+    filtered: int = Field(
+        0, ge=0, description="Left after the LLM relevance filter (when on) and the removal of distilled steps."
+    )
+    injected: int = Field(0, ge=0, description="Hits returned and rendered into the injected block.")
+
+
 class RetrievalStatsDTO(WireModel):
     """Why the result looks the way it does (empty because skipped, degraded channels, timing)."""
 
@@ -243,6 +264,9 @@ class RetrievalStatsDTO(WireModel):
     llm_filter: str | None = Field(None, description="llm, cutoff (LLM failed) or passthrough, when enabled.")
     degraded: list[str] = Field(default_factory=list)
     total_ms: float = 0.0
+    funnel: RetrievalFunnelDTO | None = Field(
+        None, description="Candidates left after each retrieval step; absent when retrieval was skipped or failed."
+    )
 
 
 class RetrievalResultDTO(WireModel):
@@ -424,7 +448,8 @@ class PolicySkillNoteDTO(WireModel):
     skipped: str | None = Field(
         None,
         description="Why no skill was built from it: no_success_anchor (avoidance-only family), skill_archived, "
-        "verifier_rejected, or another eligibility reason.",
+        "skill_rejected (its family's skill was rejected by a person), verifier_rejected, or another eligibility "
+        "reason.",
     )
     skill_id: str | None = Field(None, description="The skill it belongs to (or the archived one that blocks it).")
     role: str | None = Field(None, description="Its part in that skill: anchor, avoid, check or prefer.")
@@ -562,6 +587,17 @@ class WorldModelsResult(WireModel):
     world_models: list[WorldModelDTO]
 
 
+SkillReviewDecision = Literal["approve", "reject"]
+
+
+class SkillReviewDTO(WireModel):
+    """A person's verdict on a skill (`skill.review`), kept on the skill until the next review or restore."""
+
+    status: Literal["approved", "rejected"]
+    reason: str | None = Field(None, max_length=500, description="Why, in the reviewer's words.")
+    at: int = Field(..., ge=0, description="When it was reviewed (epoch ms).")
+
+
 class SkillDTO(WireModel):
     id: str
     name: str
@@ -589,6 +625,11 @@ class SkillDTO(WireModel):
     )
     archived_at: int | None = None
     forgotten_at: int | None = Field(None, description="Set by memory.forget: hidden until memory.restore.")
+    review: SkillReviewDTO | None = Field(
+        None,
+        description="A person's review: approved (active, vouched for) or rejected (archived; no learning path "
+        "brings it back, only skill.review approve or skill.restore).",
+    )
 
 
 SkillStatus = Literal["candidate", "active", "archived"]
@@ -634,6 +675,24 @@ class SkillArchiveParams(SkillIdParams):
     reason: str | None = Field(
         None, max_length=500, description="Why (the reference's field): reported in the skill.status.changed event."
     )
+
+
+class SkillReviewParams(WireModel):
+    """skill.review: a person approves or rejects a learnt skill."""
+
+    id: str = Field(..., min_length=1, max_length=200)
+    decision: SkillReviewDecision = Field(
+        ...,
+        description="approve: the skill becomes active, vouched for by a person; reject: it is archived and no "
+        "learning path brings it back (only a later approve or skill.restore).",
+    )
+    reason: str | None = Field(None, max_length=500, description="Why; kept on the skill and in its history.")
+    namespace: RuntimeNamespace | None = None
+
+
+class SkillReviewResult(WireModel):
+    ok: Literal[True] = True
+    skill: SkillDTO = Field(..., description="The skill after the review.")
 
 
 # ---------------------------------------------------------------- strength, forgetting, pinning, links
@@ -832,6 +891,29 @@ class MemoryForgetResult(WireModel):
     )
 
 
+StatusKind = Literal["policy", "world_model", "skill"]
+SettableStatus = Literal["active", "archived"]
+
+
+class MemorySetStatusParams(WireModel):
+    """memory.set_status: a person puts an experience, a world model or a skill in or out of recall."""
+
+    id: str = Field(..., min_length=1, max_length=200)
+    kind: StatusKind = Field(..., description="The kinds with a lifecycle status a person may set.")
+    status: SettableStatus = Field(
+        ..., description="active: recalled (a candidate experience activated, an archived memory back); archived: out."
+    )
+    reason: str | None = Field(None, max_length=500, description="Why; kept in the memory's history.")
+    namespace: RuntimeNamespace | None = None
+
+
+class MemorySetStatusResult(WireModel):
+    ok: Literal[True] = True
+    id: str
+    kind: StatusKind
+    status: SettableStatus
+
+
 class MemoryHistoryParams(WireModel):
     id: str = Field(..., min_length=1, max_length=200)
     kind: MemoryKind
@@ -843,8 +925,9 @@ class MemoryHistoryEventDTO(WireModel):
     ts: int
     event: str = Field(
         ...,
-        description="created, updated, merged, reinforced, decayed, archived, expired, forgotten, restored, pinned, "
-        "unpinned, flagged, linked, recalled (the latest turns that injected it, with their request)",
+        description="created, updated, merged, reinforced, decayed, archived, activated, expired, forgotten, "
+        "restored, pinned, unpinned, flagged, reviewed (a skill approved or rejected), linked, recalled (the "
+        "latest turns that injected it, with their request)",
     )
     actor: str = Field(..., description="Who: user, host (a JSON-RPC call), or the service stage that did it.")
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -995,6 +1078,80 @@ class MemoryStatsResult(WireModel):
     recall_hit_rate: float | None = Field(None, description="turnsWithRecall / turns; null with no turns.")
 
 
+# ---------------------------------------------------------------- retrieval log and analytics (viewer pages)
+
+
+class RetrievalLogParams(WireModel):
+    """memory.retrieval_log: what recent turn.start calls retrieved and why, newest first."""
+
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(
+        None, min_length=1, max_length=200, description="Only this session's turns (read in its namespace)."
+    )
+    limit: int = Field(50, ge=1, le=200)
+    offset: int = Field(0, ge=0, le=1_000_000)
+
+
+class RetrievalLogEntryDTO(WireModel):
+    """One turn.start as it was answered (its cached result)."""
+
+    turn_id: int = Field(..., description="The stored turn's row id (not a trace's turnId, which is its time).")
+    ts: int = Field(..., description="The user turn's time (turn.start `ts`).")
+    session_id: str
+    episode_id: str
+    query: str = Field(..., description="The user text the turn retrieved for.")
+    hit_count: int = Field(..., ge=0)
+    hit_ids: list[str] = Field(..., description="refIds of the injected memories, in rank order.")
+    stats: RetrievalStatsDTO | None = Field(None, description="The retrieval's stats, with its funnel when recorded.")
+    injected_context: str
+    duration_ms: int | None = Field(None, ge=0, description="Whole turn.start time, when its log entry is found.")
+
+
+class RetrievalLogResult(WireModel):
+    entries: list[RetrievalLogEntryDTO]
+
+
+class AnalyticsParams(WireModel):
+    """memory.analytics: per-day series over the last `days` UTC days of a namespace."""
+
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    days: int = Field(30, ge=1, le=365, description="Days in the window, ending today (UTC).")
+    now: int | None = Field(None, ge=0, description="The window's 'now' (epoch ms); default the current time.")
+
+
+class LlmStageUsageDTO(WireModel):
+    stage: str = Field(..., description="The LLM operation (session.intent, retrieval.filter, l2.induction, …).")
+    calls: int = Field(..., ge=0, description="Attempts, retries and fallbacks included.")
+    failures: int = Field(..., ge=0, description="Attempts that failed or gave a malformed answer.")
+    tokens_in: int | None = Field(None, ge=0, description="Prompt tokens; null when no provider reported usage.")
+    tokens_out: int | None = Field(None, ge=0, description="Completion tokens; null when no provider reported usage.")
+
+
+class LatencySummaryDTO(WireModel):
+    n: int = Field(..., ge=0)
+    p50: float | None = Field(None, description="Nearest-rank percentile; null when n is 0.")
+    p95: float | None = None
+    p99: float | None = None
+
+
+class AnalyticsResultDTO(WireModel):
+    days: list[str] = Field(..., description="UTC dates YYYY-MM-DD, oldest first; every series has one value per day.")
+    written: dict[str, list[int]] = Field(
+        ..., description="Memories created per day, per kind: trace, experience, world_model, skill, memory."
+    )
+    turns: list[int] = Field(..., description="turn.start calls per day (those whose result is stored).")
+    recall_hit_rate: list[float | None] = Field(
+        ..., description="Per day, the share of turns that injected at least one memory; null with no turns."
+    )
+    verified_tasks: list[int] = Field(..., description="Episodes whose latest verifier result fell on that day.")
+    verified_success_rate: list[float | None] = Field(
+        ..., description="Per day, the share of those at full verifier credit; null with none."
+    )
+    llm: list[LlmStageUsageDTO] = Field(..., description="LLM calls over the window, per stage.")
+    turn_start_latency_ms: LatencySummaryDTO = Field(..., description="turn.start durations over the window.")
+
+
 # ---------------------------------------------------------------- health, auth, events, host callback
 
 
@@ -1046,6 +1203,25 @@ class CoreHealthDTO(WireModel):
         None, description="Per-operation LLM counters (calls, failures, malformed, tokens, latency), breakers, budget."
     )
     redactions: RedactionHealthDTO | None = Field(None, description="Secrets redacted from requests, by kind.")
+
+
+class ConfigSourcesDTO(WireModel):
+    """Where the effective settings came from, besides the defaults."""
+
+    config_file: str = Field(..., description="The data home's config.toml path.")
+    config_file_exists: bool
+    env: list[str] = Field(
+        default_factory=list, max_length=500, description="Names (never values) of the environment variables read."
+    )
+
+
+class CoreConfigResult(WireModel):
+    settings: dict[str, Any] = Field(
+        ...,
+        description='The effective settings, sections as in config.toml; every secret set is "••••" (transport.token, '
+        "llm.api_key, any field named like a token, key, secret or password, the password of a URL).",
+    )
+    sources: ConfigSourcesDTO
 
 
 class EmptyParams(WireModel):

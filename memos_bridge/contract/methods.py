@@ -60,6 +60,15 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("core",),
     ),
     MethodSpec(
+        "core.config",
+        "The effective settings with every secret masked, and their sources (config file, names of the "
+        "environment variables read).",
+        dto.EmptyParams,
+        dto.CoreConfigResult,
+        errors=_COMMON,
+        tags=("core",),
+    ),
+    MethodSpec(
         "session.open",
         "Open (or re-open) a session. Mints a `se_` id when none is given; an existing id is reused.",
         dto.SessionOpenParams,
@@ -266,6 +275,15 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("strength",),
     ),
     MethodSpec(
+        "memory.set_status",
+        "A person sets an experience, world model or skill active (recalled) or archived (out of recall); "
+        "activating a skill a person rejected is a conflict (use skill.review).",
+        dto.MemorySetStatusParams,
+        dto.MemorySetStatusResult,
+        errors=(*_MEMORY_NOT_FOUND, ErrorCode.CONFLICT, *_COMMON),
+        tags=("strength",),
+    ),
+    MethodSpec(
         "memory.link",
         "Record an association between two memories (idempotent). With `supersedes` (fromId corrects "
         "toId), retrieval replaces the corrected memory by its correction, so it never out-ranks it.",
@@ -318,6 +336,15 @@ METHODS: tuple[MethodSpec, ...] = (
         "restore counts as a vouch: η is lifted to at least the retrieval floor plus etaDelta. Idempotent.",
         dto.SkillIdParams,
         dto.OkResult,
+        errors=(ErrorCode.SKILL_NOT_FOUND, *_COMMON),
+        tags=("skill",),
+    ),
+    MethodSpec(
+        "skill.review",
+        "A person approves (active) or rejects (archived) a learnt skill; learning, trials and decay never bring "
+        "a rejected skill back, only a later approve or skill.restore.",
+        dto.SkillReviewParams,
+        dto.SkillReviewResult,
         errors=(ErrorCode.SKILL_NOT_FOUND, *_COMMON),
         tags=("skill",),
     ),
@@ -417,6 +444,24 @@ METHODS: tuple[MethodSpec, ...] = (
         "Counts by kind, status and type, strength and age histograms, and the recall hit rate of recent turns.",
         dto.MemoryStatsParams,
         dto.MemoryStatsResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.retrieval_log",
+        "Recent turn.start calls, newest first, as they were answered: query, injected memory ids, the "
+        "injected block, stats with the retrieval funnel, duration.",
+        dto.RetrievalLogParams,
+        dto.RetrievalLogResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
+        "memory.analytics",
+        "Per-day series over the last `days` UTC days: memories written per kind, turns and recall hit rate, "
+        "verified tasks and their success rate; LLM calls per stage and turn.start latency percentiles.",
+        dto.AnalyticsParams,
+        dto.AnalyticsResultDTO,
         errors=_COMMON,
         tags=("memory",),
     ),

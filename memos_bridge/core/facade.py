@@ -21,9 +21,11 @@ from memos_bridge.config import Settings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
-from memos_bridge.core import purge, reflect, stats, transfer
+from memos_bridge.core import analytics, purge, reflect, retrieval_log, stats, transfer
+from memos_bridge.core import status as status_control
 from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.background import BackgroundWork
+from memos_bridge.core.config_view import core_config
 from memos_bridge.core.events import EventBus, scope_of
 from memos_bridge.core.learning import experiences, skill_lifecycle, world_store
 from memos_bridge.core.learning.context import LearningContext
@@ -191,6 +193,10 @@ class MemoryCore:
     def _redaction_health(self) -> dto.RedactionHealthDTO:
         counts = self.redactor.counts()
         return dto.RedactionHealthDTO(enabled=self.redactor.enabled, total=sum(counts.values()), by_kind=counts)
+
+    async def config(self, _params: dto.EmptyParams | None = None) -> dto.CoreConfigResult:
+        """The effective settings, secrets masked (read-only: settings change by file or env and a restart)."""
+        return core_config(self.settings)
 
     async def llm_test(self, params: dto.LlmTestParams) -> dto.LlmTestResult:
         started = time.perf_counter()
@@ -369,6 +375,9 @@ class MemoryCore:
     async def link(self, params: dto.MemoryLinkParams) -> dto.OkResult:
         return await self.strength.link(params)
 
+    async def set_status(self, params: dto.MemorySetStatusParams) -> dto.MemorySetStatusResult:
+        return await status_control.set_status(self.learning.ctx, params)
+
     # ------------------------------------------------------------ memories written on purpose, edits
 
     async def remember(self, params: dto.MemoryRememberParams) -> dto.MemoryRememberResult:
@@ -424,6 +433,18 @@ class MemoryCore:
     async def stats(self, params: dto.MemoryStatsParams) -> dto.MemoryStatsResult:
         return await self.db.read(lambda db: stats.stats_sync(db, params))
 
+    async def retrieval_log(self, params: dto.RetrievalLogParams) -> dto.RetrievalLogResult:
+        # A turn's cached result and log row are written just after its answer: store the queued ones first,
+        # so a viewer refreshed right after a turn shows it.
+        await self.turns.write_behind.flush()
+        return await self.db.read(lambda db: retrieval_log.retrieval_log_sync(db, params))
+
+    async def analytics(self, params: dto.AnalyticsParams) -> dto.AnalyticsResultDTO:
+        # The same for the LLM facade's queued log rows (bounded wait: a stuck queue must not stall a chart).
+        await self.turns.write_behind.flush()
+        await self.llm.flush_logs(timeout_s=1.0)
+        return await self.db.read(lambda db: analytics.analytics_sync(db, params))
+
     # ------------------------------------------------------------ skills
 
     async def list_skills(self, params: dto.SkillListParams) -> dto.SkillListResult:
@@ -437,6 +458,9 @@ class MemoryCore:
 
     async def restore_skill(self, params: dto.SkillIdParams) -> dto.OkResult:
         return await skill_lifecycle.restore_skill(self.learning.ctx, params)
+
+    async def review_skill(self, params: dto.SkillReviewParams) -> dto.SkillReviewResult:
+        return await skill_lifecycle.review_skill(self.learning.ctx, params)
 
     # ------------------------------------------------------------ events
 

@@ -565,9 +565,13 @@ class Retriever:
         candidates = self._roll_up_episodes(candidates, loaded.steps, query_vec)
         rrf_k = self._settings.rrf_k
         stats.candidates = len(candidates)
+        funnel = dto.RetrievalFunnelDTO(channels=channel_counts(found), candidates=len(candidates))
         ranked = fusion.relative_threshold(candidates, rrf_k, self._settings.min_trace_sim)
+        funnel.thresholded = len(ranked)
         ranked = fusion.dedupe_repeats(ranked, rrf_k)
+        funnel.deduped = len(ranked)
         picked = fusion.select_with_rollups(ranked, plan.caps, rrf_k)
+        funnel.selected = len(picked)
         picked.sort(key=lambda c: (c.tier, -c.score(rrf_k)))
         if self._llm is not None and picked:
             left_s = ((deadline_at or now_ms() + 60_000) - now_ms()) / 1000 - 0.05  # keep a margin to render
@@ -584,8 +588,10 @@ class Retriever:
             picked = outcome.kept
             stats.llm_filter = outcome.source
         picked = _without_distilled_steps(picked, loaded.sources)
-        stats.returned = len(picked)
+        stats.returned = funnel.filtered = len(picked)
         hits = [self._hit(c, rrf_k) for c in picked]
+        funnel.injected = len(hits)
+        stats.funnel = funnel
         data = self._render_input(picked)
         for repair in repairs or []:
             data.repair_preference.append(repair.preference)
@@ -1107,6 +1113,17 @@ def _subject_terms(payload: Any) -> list[str]:
     if isinstance(payload, WorldSnippet):
         return identifiers(payload.title)
     return []
+
+
+def channel_counts(found: list[Candidate]) -> dict[str, int]:
+    """Candidates per channel as the channels returned them (before eligibility and ranking), in a stable
+    order: the funnel's first step, which tells a reader whether a channel found nothing or its finds were
+    dropped later."""
+    counts: dict[str, int] = {}
+    for cand in found:
+        for channel in cand.channels:
+            counts[channel] = counts.get(channel, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _without_distilled_steps(picked: list[Candidate], sources: dict[str, list[str]]) -> list[Candidate]:

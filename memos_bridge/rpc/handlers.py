@@ -32,6 +32,7 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
     return {
         "core.ping": core.ping,
         "core.health": core.health,
+        "core.config": core.config,
         "session.open": core.open_session,
         "session.close": core.close_session,
         "episode.open": core.open_episode,
@@ -56,11 +57,13 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "memory.unpin": core.unpin,
         "memory.restore": core.restore,
         "memory.link": core.link,
+        "memory.set_status": core.set_status,
         "llm.test": core.llm_test,
         "skill.list": core.list_skills,
         "skill.get": core.get_skill,
         "skill.archive": core.archive_skill,
         "skill.restore": core.restore_skill,
+        "skill.review": core.review_skill,
         "events.subscribe": core.subscribe_events,
         "memory.remember": core.remember,
         "memory.get_memory": core.get_memory,
@@ -73,6 +76,8 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "memory.import": core.import_memories,
         "memory.reflect": core.reflect,
         "memory.stats": core.stats,
+        "memory.retrieval_log": core.retrieval_log,
+        "memory.analytics": core.analytics,
     }
 
 
@@ -96,12 +101,16 @@ def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel]
 
 
 def _require_operator(ctx: Any) -> None:
-    """`namespace: "*"` reads every namespace: only a TCP client that proved it holds the token may ask.
+    """`namespace: "*"` reads every namespace: only a TCP client that proved it holds the token may ask, or
+    the web viewer, which runs inside the owner and authenticates its own users (loopback, or the token at
+    its login page) before it calls anything.
 
     On stdio the peer is whichever host spawned the service, and a TCP daemon without a token accepts anyone
     on the machine; neither proves the caller is the data home's operator."""
     transport = getattr(ctx, "transport", None)
     peer = getattr(ctx, "peer", None)
+    if transport == "viewer" and peer is None:
+        return
     if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
         return
     raise MemosError(

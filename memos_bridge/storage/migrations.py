@@ -151,6 +151,14 @@ def _remembered_memories(conn: Connection) -> None:
         create_fts(conn)  # IF NOT EXISTS: only the new table's indexes and triggers are created
 
 
+def _skill_review(conn: Connection) -> None:
+    """A person's review of a skill (approved / rejected, the reason, when) lives on the skill row, so every
+    read and every learning path sees it without a join."""
+    skills = _table(SkillRow)
+    for name in ("review_status", "review_reason", "reviewed_at"):
+        ensure_column(conn, skills.c[name])
+
+
 def _index(model: type[Any], name: str) -> Index:
     """The model's own declared index: a new `Index(name, column)` would attach a second index of that name to
     the shared table metadata, and the next `create_all` in the process would try to create it twice."""
@@ -170,6 +178,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "experience_columns", _experience_columns),
     Migration(5, "experience_lesson", _experience_lesson),
     Migration(6, "remembered_memories", _remembered_memories),
+    Migration(7, "skill_review", _skill_review),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

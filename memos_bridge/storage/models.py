@@ -440,6 +440,11 @@ class SkillRow(SearchableMixin, Base):
     created_at: Mapped[int] = _ms()
     updated_at: Mapped[int] = _ms()
     edited_at: Mapped[int | None] = _ms(nullable=True)
+    # A person's verdict (`skill.review`): approved | rejected, why, and when. A rejected skill stays archived
+    # until a person approves or restores it; no learning path may bring it back (`skills.py`).
+    review_status: Mapped[str | None] = _str(nullable=True)
+    review_reason: Mapped[str | None] = _text(None)
+    reviewed_at: Mapped[int | None] = _ms(nullable=True)
 
 
 class MemoryRow(SearchableMixin, Base):

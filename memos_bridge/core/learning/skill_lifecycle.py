@@ -23,6 +23,15 @@ changes `updated_at`, which stays the time the skill was last reconciled with it
 (retrieval's provenance de-duplication compares it with theirs). Nothing
 revives an archived skill except `skill.restore`, which counts as a human vouching for it: η is lifted
 to at least the retrieval floor plus `eta_delta` (the reference's unwired thumbs-up step).
+
+**Reviews** (`skill.review`). A skill is learnt without anyone reading it, so a person gets the last word.
+Approve makes it active (η lifted to at least the retrieval floor plus `eta_delta`, so it is recalled) and a
+rebuild keeps it active (`skill_store.persist_skill`). Reject archives it and stores the verdict on the row;
+from then on nothing automatic brings it back: trials never revive an archived skill (`next_status`), decay
+only archives, `memory.restore` / `memory.pin` refuse lifecycle-archived skills, `memory.set_status`
+refuses to activate a rejected one, and the skill stage does not crystallise its task family again
+(`skills.py`). Only a person lifts a rejection: a later approve, or `skill.restore` (which clears it). Each
+review, restore and status set by a person is a history event of the skill (`memory.history`).
 """
 
 from __future__ import annotations
@@ -38,10 +47,12 @@ from memos_bridge.config import SkillSettings
 from memos_bridge.contract import dto
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.contract.events import EventType
+from memos_bridge.core import strength_rules
 from memos_bridge.core.learning.context import LearningContext
-from memos_bridge.core.namespace import list_scope, row_scope
+from memos_bridge.core.namespace import list_scope, read_filter, row_scope
 from memos_bridge.ids import new_id
-from memos_bridge.storage.models import EpisodeRow, SessionRow, SkillRow, SkillTrialRow, TurnRow
+from memos_bridge.storage.models import AuditEventRow, EpisodeRow, SessionRow, SkillRow, SkillTrialRow, TurnRow
+from memos_bridge.storage.owner import OwnerFilter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +62,11 @@ STATUS_ARCHIVED: Final = "archived"
 #: Episode outcome → trial verdict; an outcome not listed (unknown) leaves the trial pending.
 TRIAL_VERDICT: Final[dict[str, str]] = {"success": "pass", "failure": "fail", "partial": "fail"}
 RESOLVED: Final = ("pass", "fail")
+#: `review_status` values: a person's verdict (`skill.review`).
+REVIEW_APPROVED: Final = "approved"
+REVIEW_REJECTED: Final = "rejected"
+#: Who a person's control is recorded as in a skill's history.
+PERSON: Final = "user"
 
 
 def _clamp01(value: float) -> float:
@@ -279,13 +295,26 @@ def _status_is(model: Any, status: str) -> ColumnElement[bool]:
     return and_(model.status == status, model.archived_at.is_(None))
 
 
+def review_dto(row: SkillRow) -> dto.SkillReviewDTO | None:
+    if row.review_status == REVIEW_APPROVED:
+        return dto.SkillReviewDTO(status="approved", reason=row.review_reason, at=row.reviewed_at or 0)
+    if row.review_status == REVIEW_REJECTED:
+        return dto.SkillReviewDTO(status="rejected", reason=row.review_reason, at=row.reviewed_at or 0)
+    return None
+
+
+def wire_status(row: SkillRow) -> dto.SkillStatus:
+    """The status clients see: archived by the forgetting job (archived_at) counts as archived."""
+    return "archived" if row.archived_at is not None else _status(row.status)
+
+
 def skill_dto(row: SkillRow) -> dto.SkillDTO:
     procedure = dict(row.procedure_json or {})
     guidance = procedure.get("decisionGuidance") or {}
     return dto.SkillDTO(
         id=row.id,
         name=row.name,
-        status="archived" if row.archived_at is not None else _status(row.status),
+        status=wire_status(row),
         invocation_guide=row.invocation_guide,
         decision_guidance=dto.GuidanceDTO(
             preference=list(guidance.get("preference", [])), anti_pattern=list(guidance.get("antiPattern", []))
@@ -307,14 +336,20 @@ def skill_dto(row: SkillRow) -> dto.SkillDTO:
         procedure=procedure or None,
         archived_at=row.archived_at,
         forgotten_at=row.forgotten_at,
+        review=review_dto(row),
     )
 
 
-def _skill(db: Session, skill_id: str) -> SkillRow:
+def _skill(db: Session, skill_id: str, owner: OwnerFilter | None = None) -> SkillRow:
     row = db.scalar(select(SkillRow).where(SkillRow.id == skill_id))
-    if row is None:
+    if row is None or (owner is not None and not owner.can_see(row)):
         raise MemosError(ErrorCode.SKILL_NOT_FOUND, f"skill not found: {skill_id}", {"id": skill_id})
     return row
+
+
+def _history(db: Session, skill_id: str, event: str, now: int, **detail: Any) -> None:
+    """One event of the skill's history (`memory.history`), recorded as a person's action."""
+    db.add(AuditEventRow(ts=now, actor=PERSON, kind=event, target=f"skill:{skill_id}", detail_json=detail))
 
 
 async def list_skills(ctx: LearningContext, params: dto.SkillListParams) -> dto.SkillListResult:
@@ -436,9 +471,92 @@ async def restore_skill(ctx: LearningContext, params: dto.SkillIdParams) -> dto.
         row.eta = min(1.0, max(row.eta, settings.min_eta_for_retrieval) + settings.eta_delta)
         vouched = row.trials_passed >= 1 or row.support >= settings.promote_support
         set_status(row, STATUS_ACTIVE if vouched else STATUS_CANDIDATE, now)
+        detail: dict[str, Any] = {"via": "skill.restore", "to": row.status}
+        if row.review_status == REVIEW_REJECTED:
+            # A person bringing back a skill a person rejected overrides that verdict; the history keeps both.
+            detail["liftedReview"] = REVIEW_REJECTED
+            row.review_status = row.review_reason = row.reviewed_at = None
+        _history(db, row.id, "restored", now, **detail)
         return change
 
     change = await ctx.db.write(work)
     if change is not None:
         emit_change(ctx, change)
     return dto.OkResult()
+
+
+def _vouch(row: SkillRow, ctx: LearningContext, now: int) -> None:
+    """A person wants the skill recalled: active, unhidden, reliable and strong enough for retrieval's floors
+    (η at least the floor plus `eta_delta`, strength at least the recall floor), and aging from now on."""
+    settings = ctx.settings.learning.skill
+    row.eta = max(row.eta, min(1.0, settings.min_eta_for_retrieval + settings.eta_delta))
+    row.strength = strength_rules.lift_to_floor(row.strength, ctx.settings.strength)
+    row.forgotten_at = None
+    row.last_accessed_at = now
+    set_status(row, STATUS_ACTIVE, now)
+
+
+async def review_skill(ctx: LearningContext, params: dto.SkillReviewParams) -> dto.SkillReviewResult:
+    """A person's approve or reject (module docstring, Reviews). Repeating the same review (same decision and
+    reason, skill already in the matching state) changes nothing and records nothing."""
+    owner = read_filter(params.namespace)
+    verdict = REVIEW_APPROVED if params.decision == "approve" else REVIEW_REJECTED
+    target = STATUS_ACTIVE if verdict == REVIEW_APPROVED else STATUS_ARCHIVED
+    now = ctx.clock()
+
+    def work(db: Session) -> tuple[SkillChange | None, dto.SkillDTO]:
+        row = _skill(db, params.id, owner)
+        before = wire_status(row)
+        settled = before == target and (verdict == REVIEW_REJECTED or row.forgotten_at is None)
+        if settled and row.review_status == verdict and row.review_reason == params.reason:
+            return None, skill_dto(row)
+        change = SkillChange(row, before, row.eta, "skill.review", note=params.reason)
+        if verdict == REVIEW_APPROVED:
+            _vouch(row, ctx, now)
+        else:
+            set_status(row, STATUS_ARCHIVED, now)
+        row.review_status, row.review_reason, row.reviewed_at = verdict, params.reason, now
+        _history(db, row.id, "reviewed", now, decision=verdict, reason=params.reason, **{"from": before, "to": target})
+        return change, skill_dto(row)
+
+    change, skill = await ctx.db.write(work)
+    if change is not None:
+        log.info("skill %s %s by a person: %s", params.id, verdict, params.reason or "(no reason given)")
+        emit_change(ctx, change)
+    return dto.SkillReviewResult(skill=skill)
+
+
+async def set_skill_status(
+    ctx: LearningContext, skill_id: str, status: str, reason: str | None, owner: OwnerFilter | None
+) -> None:
+    """`memory.set_status` on a skill: archive it (as `skill.archive`) or activate it (a person's vouch, as an
+    approval without the verdict). A skill a person rejected is not activated here: lifting a rejection takes
+    `skill.review approve` or `skill.restore`, so it is always a deliberate act on that verdict."""
+    now = ctx.clock()
+
+    def work(db: Session) -> SkillChange | None:
+        row = _skill(db, skill_id, owner)
+        before = wire_status(row)
+        if status == STATUS_ARCHIVED:
+            if before == STATUS_ARCHIVED:
+                return None
+            change = SkillChange(row, before, row.eta, "memory.set_status", note=reason)
+            set_status(row, STATUS_ARCHIVED, now)
+            _history(db, row.id, "archived", now, reason=reason, via="memory.set_status", **{"from": before})
+            return change
+        if row.review_status == REVIEW_REJECTED:
+            raise MemosError(
+                ErrorCode.CONFLICT,
+                f"skill {skill_id} was rejected by a person: approve it with skill.review (or skill.restore) instead",
+                {"id": skill_id, "kind": "skill", "review": REVIEW_REJECTED},
+            )
+        if before == STATUS_ACTIVE and row.forgotten_at is None:
+            return None
+        change = SkillChange(row, before, row.eta, "memory.set_status", note=reason)
+        _vouch(row, ctx, now)
+        _history(db, row.id, "activated", now, reason=reason, via="memory.set_status", **{"from": before})
+        return change
+
+    change = await ctx.db.write(work)
+    if change is not None:
+        emit_change(ctx, change)

@@ -23,6 +23,8 @@ from memos_bridge.core import reward
 from memos_bridge.core.learning.skill_crystallize import SkillDraft, TraceSnapshot, unique_name
 from memos_bridge.core.learning.skill_family import ExperienceView, Family
 from memos_bridge.core.learning.skill_lifecycle import (
+    REVIEW_APPROVED,
+    REVIEW_REJECTED,
     STATUS_ARCHIVED,
     STATUS_CANDIDATE,
     initial_eta,
@@ -282,6 +284,10 @@ class SkillView:
     updated_at: int
     has_vec: bool
 
+    def material(self) -> frozenset[str]:
+        """Every experience the skill rests on: its primary anchor, its anchors and its other sources."""
+        return frozenset(i for i in (self.primary_id, *self.anchor_ids, *self.source_ids) if i)
+
 
 def _skill_view(row: SkillRow) -> SkillView:
     procedure = row.procedure_json if isinstance(row.procedure_json, dict) else {}
@@ -306,6 +312,12 @@ def skills_anchored_on(db: Session, owner: OwnerFilter, policy_ids: Iterable[str
         return []
     rows = db.scalars(select(SkillRow).where(_owned(SkillRow, owner), clause).order_by(SkillRow.created_at))
     return [_skill_view(row) for row in rows]
+
+
+def rejected_skills(db: Session, owner: OwnerFilter) -> list[SkillView]:
+    """Skills of the namespace a person rejected (`skill.review`) and has not approved or restored since."""
+    stmt = select(SkillRow).where(_owned(SkillRow, owner), SkillRow.review_status == REVIEW_REJECTED)
+    return [_skill_view(row) for row in db.scalars(stmt)]
 
 
 def stale_skills(db: Session, owner: OwnerFilter) -> list[SkillView]:
@@ -360,8 +372,9 @@ def persist_skill(
 ) -> Persisted:
     """Insert a new candidate skill, or rebuild `skill_id` in place (same id, version + 1).
 
-    A rebuild keeps η and status when the skill has resolved trials (they speak for it), else both start
-    over from the anchors (initial η; candidate until a trial passes or support promotes it).
+    A rebuild keeps η and status when the skill has resolved trials (they speak for it) or a person approved
+    it (`skill.review`: the approval is about the task the skill does, which a rebuild does not change), else
+    both start over from the anchors (initial η; candidate until a trial passes or support promotes it).
     """
     owner = family.primary.owner
     anchors = [a.id for a in family.anchors][:MAX_ANCHORS]
@@ -409,7 +422,7 @@ def persist_skill(
     row.evidence_anchors_json = anchors
     if vec is not None:
         row.vec = vec
-    if row.trials_attempted == 0:
+    if row.trials_attempted == 0 and row.review_status != REVIEW_APPROVED:
         row.eta = initial_eta(gain, support, settings)
         set_status(row, STATUS_CANDIDATE, now)
     set_status(row, next_status(row.status, row.eta, row.trials_attempted, row.trials_passed, support, settings), now)

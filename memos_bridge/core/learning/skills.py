@@ -14,6 +14,16 @@ whenever late feedback re-scores it. One run for episode E:
    or to none (a new skill). Live skills of the namespace whose source experiences changed after them
    are planned too, so a correction that reached an experience through another episode still reaches
    the skill.
+   **A person's rejection sticks.** A family with no live skill is not crystallised when any of its
+   members is an experience a rejected skill (`skill.review reject`) rests on — its anchors or its other
+   sources (`meta.skill.skipped = "skill_rejected"`). More evidence for the same task merges into those
+   experiences or gathers around them (a family is whatever is related to its anchor). While the rejected
+   skill's anchor is in the family, its only skill being archived would stop a new one anyway; but once
+   that anchor is gone (archived, forgotten) a new success of the same task gathers around the rejected
+   skill's other sources (its Avoid and Check experiences) and, without this rule, would be crystallised
+   again as a new candidate from them. A rejected skill is archived, so it is never rebuilt either (only
+   live skills are). A family made only of experiences the rejected skill never used is new material and
+   may become a skill.
 3. **Building** — a skill whose family (members and their content, `Family.digest`) is unchanged is only
    reconciled (`updated_at` moves on, so retrieval stops showing its sources as updates). Otherwise the
    evidence is gathered, the template and (when available) the LLM draft are written, the LLM draft is
@@ -71,6 +81,7 @@ LLM_OP: Final = "skill.crystallize"
 SKILL_ARCHIVED: Final = "skill_archived"
 VERIFIER_REJECTED: Final = "verifier_rejected"
 ANCHOR_LOST: Final = "anchor_lost"
+SKILL_REJECTED: Final = "skill_rejected"
 
 
 @dataclass
@@ -111,6 +122,15 @@ class _Run:
         self.views: dict[str, ExperienceView] = {}
         self.notes: dict[str, dict[str, Any]] = {}
         self.member_notes: dict[str, dict[str, Any]] = {}
+        self._rejected: list[skill_store.SkillView] | None = None
+
+    async def rejected_by_person(self, family: Family) -> skill_store.SkillView | None:
+        """The rejected skill whose material `family` shares, if any (module docstring, step 2)."""
+        if self._rejected is None:
+            owner = self.scope.owner
+            self._rejected = await self.ctx.db.read(lambda db: skill_store.rejected_skills(db, owner))
+        members = set(family.source_ids())
+        return next((skill for skill in self._rejected if skill.material() & members), None)
 
     # -------------------------------------------------------------- loading
 
@@ -190,6 +210,11 @@ async def _plan_for(run: _Run, exp: ExperienceView) -> _Plan | None:
     anchor_ids = [a.id for a in family.anchors]
     skills = await run.ctx.db.read(lambda db: skill_store.skills_anchored_on(db, run.scope.owner, anchor_ids))
     live = [s for s in skills if s.status != STATUS_ARCHIVED]
+    if not live:
+        rejected = await run.rejected_by_person(family)
+        if rejected is not None:
+            run.skip(exp, SKILL_REJECTED, {"skillId": rejected.id})
+            return None
     if not live and skills:
         run.skip(exp, SKILL_ARCHIVED, {"skillId": skills[0].id})
         return None
