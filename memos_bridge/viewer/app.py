@@ -180,10 +180,20 @@ def create_app(backend: Backend, auth: ViewerAuth) -> Starlette:
     from memos_bridge.viewer import pages
 
     viewer = Viewer(backend, auth)
+
+    async def login(request: Request) -> Response:
+        return await _login(viewer, request)
+
+    async def logout(request: Request) -> Response:
+        return await _logout(viewer, request)
+
+    async def events(request: Request) -> Response:
+        return await _events(viewer, request)
+
     routes: list[Any] = [
-        Route("/login", lambda request: _login(viewer, request), methods=["GET", "POST"]),
-        Route("/logout", lambda request: _logout(viewer, request), methods=["POST"]),
-        Route("/events", lambda request: _events(viewer, request)),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/events", events),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     for path, page_handler in pages.PAGES.items():

@@ -34,10 +34,12 @@ def _frame(labels: Sequence[str], top: float, percent: bool, title: str) -> list
         parts.append(f'<line x1="{PAD_LEFT}" x2="{WIDTH - 4}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
         parts.append(f'<text x="{PAD_LEFT - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{text}</text>')
     if labels:
-        for index in sorted({0, len(labels) // 2, len(labels) - 1}):
+        last = len(labels) - 1
+        for index in sorted({0, len(labels) // 2, last}):
             x = _x(index, len(labels))
             label = escape(labels[index][5:])  # MM-DD
-            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="tick" text-anchor="middle">{label}</text>')
+            anchor = "start" if index == 0 and last else ("end" if index == last and last else "middle")
+            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" class="tick" text-anchor="{anchor}">{label}</text>')
     return parts
 
 
