@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,14 +169,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if lock is None and args.command == "viewer":
         if viewer_sock is not None:
-            viewer_sock.close()
-        _refuse(settings.home)
-        print(
-            "memos-bridge: the viewer is served by the process that owns the data home: restart that service with "
-            "`--viewer 127.0.0.1:18799`, or stop it and run `memos-bridge viewer` again",
-            file=sys.stderr,
-        )
-        return 2
+            viewer_sock.close()  # the owner binds it instead
+        return _view_through_owner(settings.home, args.bind)
     if lock is None:
         if viewer_sock is not None:
             viewer_sock.close()
@@ -216,11 +211,50 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `_view_through_owner`: the owner it attached to went away.
+OWNER_LEFT = -75
+
+
 def _cmd_viewer(args: argparse.Namespace) -> int:
-    """`serve` with no host of its own: own the home, serve its socket and the viewer until Ctrl-C. A home
-    another process already serves is refused with the way out (that process serves its own viewer)."""
+    """`serve` with no host of its own: own the home, serve its socket and the viewer until Ctrl-C; when
+    another process owns the home, that process serves the viewer, and when it stops, this command takes
+    over (or attaches to whichever process took over first)."""
     args.tcp, args.viewer, args.no_attach, args.lightweight = None, args.bind, True, False
-    return _cmd_serve(args)
+    while True:
+        status = _cmd_serve(args)
+        if status != OWNER_LEFT:
+            return status
+        print("memos-bridge: the data home's owner stopped; serving the viewer again", file=sys.stderr, flush=True)
+        time.sleep(0.5)
+
+
+def _view_through_owner(home: Path, bind: tuple[str, int]) -> int:
+    """Another process owns the home: ask it to serve the viewer (`viewer.start`), and stay attached so it
+    keeps serving after its own host leaves, until Ctrl-C. `OWNER_LEFT` when the owner goes away (the caller
+    then serves the viewer itself, or through the next owner)."""
+    from memos_bridge.client import RpcError, TransportClosed
+    from memos_bridge.home_client import open_client, owner_socket
+
+    if owner_socket(home) is None:
+        print(f"memos-bridge: data home {home} is locked but its owner does not answer", file=sys.stderr)
+        return 1
+    client = open_client(home)
+    try:
+        answer = client.viewer_start(host=bind[0], port=bind[1])
+        state = "viewer on" if answer["started"] else "viewer already on"
+        print(f"memos-bridge: {state} {answer['url']} (served by the process that owns {home}; Ctrl-C to leave)")
+        while True:
+            client.call("core.ping", timeout=10)
+            time.sleep(2)
+    except RpcError as exc:
+        print(f"memos-bridge: {exc}", file=sys.stderr)
+        return 2
+    except TransportClosed:
+        return OWNER_LEFT
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        client.close()
 
 
 def _refuse(home: Path) -> int:

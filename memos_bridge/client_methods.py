@@ -775,3 +775,9 @@ class RpcMethods(ABC, Generic[R, RN]):
     ) -> R:
         """Ask the configured LLM for a short completion → `{ok, provider, text?, …}`."""
         return self._invoke("llm.test", build_params({"prompt": prompt, "timeout_ms": timeout_ms}, extra), timeout)
+
+    def viewer_start(
+        self, *, host: str | None = None, port: int | None = None, timeout: float | None = None, **extra: Any
+    ) -> R:
+        """Serve the web viewer from the data home's owner → `{url, started}`."""
+        return self._invoke("viewer.start", build_params({"host": host, "port": port}, extra), timeout)

@@ -120,10 +120,10 @@ async def _run(
             group.start_soon(core.backfill.run_forever)
             group.start_soon(core.strength.run_decay_loop)
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
+            viewer_host = ViewerHost(settings, methods, core, group)
+            core.viewer_launcher = viewer_host.launch
             if viewer is not None:
-                from memos_bridge.viewer.runner import serve_viewer
-
-                url = await group.start(serve_viewer, methods, core.events.subscribe, viewer, settings.transport.token)
+                url = await viewer_host.serve(viewer)
                 print(f"memos-bridge: viewer on {url}", file=sys.stderr, flush=True)
             try:
                 await serve(methods, hub)
@@ -137,6 +137,34 @@ async def _run(
         with anyio.move_on_after(settings.transport.shutdown_timeout_s, shield=True):
             await core.shutdown()
         log.info("memos-bridge stopped")
+
+
+class ViewerHost:
+    """The one web viewer this process serves (started with `--viewer`, or later by `viewer.start`)."""
+
+    def __init__(self, settings: Settings, methods: dict[str, Any], core: MemoryCore, group: anyio.abc.TaskGroup):
+        self._settings, self._methods, self._core, self._group = settings, methods, core, group
+        self._lock = anyio.Lock()
+        self.url: str | None = None
+
+    async def serve(self, sock: socket.socket) -> str:
+        from memos_bridge.viewer.runner import serve_viewer
+
+        token = self._settings.transport.token
+        url: str = await self._group.start(serve_viewer, self._methods, self._core.events.subscribe, sock, token)
+        self.url = url
+        return url
+
+    async def launch(self, host: str, port: int) -> tuple[str, bool]:
+        """`viewer.start`: asking again returns the running viewer's URL instead of a second one."""
+        from memos_bridge.viewer.runner import bind_socket
+
+        async with self._lock:
+            if self.url is not None:
+                return self.url, False
+            url = await self.serve(bind_socket(host, port, self._settings.transport.token))
+            log.info("viewer started on request: %s", url)
+            return url, True
 
 
 async def _serve_owner_socket(

@@ -1298,6 +1298,24 @@ class HostLlmCompleteResult(WireModel):
     duration_ms: float | None = None
 
 
+class ViewerStartParams(WireModel):
+    """viewer.start: serve the web viewer from this process, the data home's owner."""
+
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9.:-]+$",
+        description="Address to bind (loopback by default).",
+    )
+    port: int = Field(18799, ge=0, le=65535, description="Port (0: any free one).")
+
+
+class ViewerStartResult(WireModel):
+    url: str = Field(..., description="Where the viewer answers.")
+    started: bool = Field(..., description="False when this process already served the viewer (its URL is returned).")
+
+
 class LlmTestParams(WireModel):
     prompt: str = Field("Reply with the single word: pong", min_length=1, max_length=2000)
     timeout_ms: int = Field(20_000, ge=100, le=120_000)

@@ -293,6 +293,16 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("strength",),
     ),
     MethodSpec(
+        "viewer.start",
+        "Serve the web viewer from the process that owns the data home (so `memos-bridge viewer` works while a "
+        "host's service owns it); a caller on this machine's user only: stdio, the home's socket, or TCP with the "
+        "token.",
+        dto.ViewerStartParams,
+        dto.ViewerStartResult,
+        errors=(*_COMMON, ErrorCode.UNAUTHORIZED, ErrorCode.CONFIG_INVALID),
+        tags=("viewer",),
+    ),
+    MethodSpec(
         "llm.test",
         "Ask the configured LLM provider (the host over host.llm.complete, by default) for a short "
         "completion and report whether it works.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,8 @@ class MemoryCore:
             allow=settings.redaction.allow,
         )
         self._connections = connections  # callable returning the live connection count, set by the server
+        #: `(host, port) -> (url, started)`: serves the web viewer from this process (set by the server).
+        self.viewer_launcher: Callable[[str, int], Awaitable[tuple[str, bool]]] | None = None
         self._started = time.monotonic()
         self._schema_version: int | None = None
         self.background = BackgroundWork()
@@ -197,6 +200,14 @@ class MemoryCore:
     async def config(self, _params: dto.EmptyParams | None = None) -> dto.CoreConfigResult:
         """The effective settings, secrets masked (read-only: settings change by file or env and a restart)."""
         return core_config(self.settings)
+
+    async def start_viewer(self, params: dto.ViewerStartParams) -> dto.ViewerStartResult:
+        """Serve the web viewer from this process; the server that runs the core sets `viewer_launcher` (a core
+        used without a server, in tests or a script, has no viewer to start)."""
+        if self.viewer_launcher is None:
+            raise MemosError(ErrorCode.INVALID_ARGUMENT, "this process cannot serve the viewer")
+        url, started = await self.viewer_launcher(params.host, params.port)
+        return dto.ViewerStartResult(url=url, started=started)
 
     async def llm_test(self, params: dto.LlmTestParams) -> dto.LlmTestResult:
         started = time.perf_counter()

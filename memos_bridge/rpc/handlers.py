@@ -24,6 +24,8 @@ CoreCall = Callable[[Any], Awaitable[BaseModel | None]]
 
 # Methods answered by the transport itself (connection state), not by core.
 TRANSPORT_METHODS = frozenset({"auth"})
+# Methods that act on this machine for the caller (open a listening port): its own user only.
+LOCAL_USER_METHODS = frozenset({"viewer.start"})
 # Methods that read or write a file the caller names (`path`).
 FILE_METHODS = frozenset({"memory.export", "memory.import"})
 
@@ -59,6 +61,7 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "memory.link": core.link,
         "memory.set_status": core.set_status,
         "llm.test": core.llm_test,
+        "viewer.start": core.start_viewer,
         "skill.list": core.list_skills,
         "skill.get": core.get_skill,
         "skill.archive": core.archive_skill,
@@ -92,6 +95,8 @@ def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel]
             _require_operator(ctx)
         if spec.name in FILE_METHODS:
             _require_file_access(ctx, getattr(validated, "path", None), home)
+        if spec.name in LOCAL_USER_METHODS:
+            _require_local_user(ctx)
         result = await call(validated)
         return Success(None if result is None else result.model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -118,6 +123,23 @@ def _require_operator(ctx: Any) -> None:
         'namespace "*" (every namespace) is allowed only on a TCP connection authenticated with the token; '
         "name a namespace or a sessionId instead",
         {"namespace": "*", "transport": transport},
+    )
+
+
+def _require_local_user(ctx: Any) -> None:
+    """The caller runs as this machine's user of the data home: the host that spawned the service (stdio), a
+    process that reached the home's own socket, or a TCP client that proved it holds the token."""
+    transport = getattr(ctx, "transport", None)
+    peer = getattr(ctx, "peer", None)
+    if transport in ("stdio", "local", "viewer"):
+        return
+    if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
+        return
+    raise MemosError(
+        ErrorCode.UNAUTHORIZED,
+        "only a process of the data home's user may start the viewer: over stdio, the home's socket, or TCP with "
+        "the token",
+        {"transport": transport},
     )
 
 

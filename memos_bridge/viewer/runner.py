@@ -39,10 +39,11 @@ def bind_socket(host: str, port: int, token: str | None) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, UnicodeError, ValueError, OverflowError) as exc:  # busy port, unknown host, bad address
         sock.close()
+        reason = getattr(exc, "strerror", None) or str(exc)
         raise MemosError(
-            ErrorCode.CONFIG_INVALID, f"cannot serve the viewer on {host}:{port}: {exc.strerror}; choose another port"
+            ErrorCode.CONFIG_INVALID, f"cannot serve the viewer on {host}:{port}: {reason}; choose another address"
         ) from exc
     sock.listen(128)
     sock.setblocking(False)
