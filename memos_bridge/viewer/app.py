@@ -18,10 +18,13 @@ from urllib.parse import urlencode
 import anyio
 from jinja2 import ChainableUndefined, Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memos_bridge.ids import PREFIXES
 from memos_bridge.viewer import charts
@@ -96,7 +99,7 @@ class Viewer:
             **context,
         )
         response = HTMLResponse(body)
-        response.headers["Server-Timing"] = f"render;dur={(time.perf_counter() - started) * 1000:.1f}"
+        response.headers["X-Render-Ms"] = f"{(time.perf_counter() - started) * 1000:.1f}"
         return response
 
 
@@ -200,9 +203,31 @@ def create_app(backend: Backend, auth: ViewerAuth) -> Starlette:
         routes.append(Route(path, page(viewer, _bind_page(page_handler, viewer))))
     for path, (action_handler, default) in pages.ACTIONS.items():
         routes.append(Route(path, action(viewer, _bind_action(action_handler, viewer), default), methods=["POST"]))
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(ServerTiming)])
     app.state.viewer = viewer
     return app
+
+
+class ServerTiming:
+    """`Server-Timing: app;dur=<ms>` on every response: the server's whole time for the request (method calls
+    and rendering), shown by the browser's network panel and read by `scripts/bench_viewer.py`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.append("Server-Timing", f"app;dur={(time.perf_counter() - started) * 1000:.1f}")
+            await send(message)
+
+        await self.app(scope, receive, timed)
 
 
 def _bind_page(
