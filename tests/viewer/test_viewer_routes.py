@@ -93,6 +93,10 @@ def test_search_shows_the_hit_with_its_channels_and_scoping_keeps_namespaces_apa
         assert ids["a"] in only_a and ids["b"] not in only_a
         only_b = http.get("/memories", params={"ns": "default/bank", "q": "parcel weights pounds"}).text
         assert ids["a"] not in only_b
+        # the task recorded in A is listed with A, not with B (every page reads through the chosen namespace)
+        assert "parcel weights" in http.get("/tasks", params={"ns": "default/shop"}).text
+        assert "parcel weights" not in http.get("/tasks", params={"ns": "default/bank"}).text
+        assert "parcel weights" not in http.get("/retrieval", params={"ns": "default/bank"}).text
 
 
 def test_actions_need_the_csrf_token_and_this_origin(served: tuple[ServiceClient, str, dict[str, str]]) -> None:
