@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import secrets
 import statistics
@@ -92,9 +93,13 @@ def _cpu_seconds(pid: int) -> float | None:
 class Worker(threading.Thread):
     """One host: its own connection and session, M turn pairs, latencies per call."""
 
-    def __init__(self, index: int, port: int, token: str, turns: int, barrier: threading.Barrier) -> None:
+    def __init__(
+        self, index: int, port: int, token: str, turns: int, barrier: threading.Barrier, think_ms: float = 0.0
+    ) -> None:
         super().__init__(daemon=True)
         self.index, self.port, self.token, self.turns, self.barrier = index, port, token, turns, barrier
+        self.think_ms = think_ms
+        self.rng = random.Random(index)
         self.start_ms: list[float] = []
         self.end_ms: list[float] = []
         self.errors: list[str] = []
@@ -121,6 +126,8 @@ class Worker(threading.Thread):
                         "turn.start", {"agent": "bench", "sessionId": session, "userText": text, "ts": ts}, timeout=120
                     )
                     self.start_ms.append((time.perf_counter() - t0) * 1000)
+                    if self.think_ms:  # the agent's own work between the two calls (its LLM, its tools)
+                        time.sleep(self.rng.uniform(0, self.think_ms) / 1000)
                     t0 = time.perf_counter()
                     ended = client.call("turn.end", _turn_end(session, started, topic, ts), timeout=120)
                     self.end_ms.append((time.perf_counter() - t0) * 1000)
@@ -150,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--turns", type=int, default=6, help="turn pairs per client")
     parser.add_argument("--idle-turns", type=int, default=20, help="turn.start calls of the idle baseline")
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="each agent works a random 0..THINK ms between turn.start and turn.end (default 0: back to back)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
@@ -162,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         idle.run()
         del idle.start_ms[:WARMUP_TURNS]  # first calls pay for caches and the index load
         barrier = threading.Barrier(args.clients)
-        workers = [Worker(i, port, token, args.turns, barrier) for i in range(args.clients)]
+        workers = [Worker(i, port, token, args.turns, barrier, args.think_ms) for i in range(args.clients)]
         cpu_before = _cpu_seconds(proc.pid)
         client_cpu_before = time.process_time()
         began = time.perf_counter()
@@ -201,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "clients": args.clients,
         "turnsPerClient": args.turns,
+        "thinkMs": args.think_ms,
         "idleTurnStart": {"p50": round(statistics.median(idle.start_ms), 1), "p95": round(idle_p95, 1)},
         "turnStart": {"p50": round(_percentile(starts, 0.5), 1), "p95": round(loaded_p95, 1)},
         "turnStartFirstTurn": {"p50": round(_percentile(herd, 0.5), 1), "p95": round(_percentile(herd, 0.95), 1)},
