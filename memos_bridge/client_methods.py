@@ -340,6 +340,27 @@ class RpcMethods(ABC, Generic[R, RN]):
         fields = {"session_id": session_id, "status": status, "limit": limit, "offset": offset, "namespace": namespace}
         return self._invoke("memory.list_episodes", build_params(fields, extra), timeout)
 
+    def memory_list_feedback(
+        self,
+        *,
+        episode_id: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        namespace: Mapping[str, Any] | str | None = None,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> R:
+        """Feedback, newest first, optionally on one episode → `{feedback}`."""
+        fields = {
+            "episode_id": episode_id,
+            "session_id": session_id,
+            "limit": limit,
+            "offset": offset,
+            "namespace": namespace,
+        }
+        return self._invoke("memory.list_feedback", build_params(fields, extra), timeout)
+
     def memory_list_policies(
         self,
         *,

@@ -383,6 +383,20 @@ class FeedbackDTO(WireModel):
     evidence_id: str | None = None
 
 
+class ListFeedbackParams(WireModel):
+    """memory.list_feedback: the verdicts users and verifiers gave, newest first."""
+
+    episode_id: str | None = Field(None, min_length=1, max_length=200, description="Only feedback on this episode.")
+    namespace: ReadNamespace = _READ_NAMESPACE
+    session_id: str | None = Field(None, min_length=1, max_length=200, description="Read in this session's namespace.")
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0, le=1_000_000)
+
+
+class FeedbackListResult(WireModel):
+    feedback: list[FeedbackDTO]
+
+
 class FeedbackSubmitParams(WireModel):
     """feedback.submit params: a verdict on an episode (or on one of its steps) from a user or a verifier."""
 

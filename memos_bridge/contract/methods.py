@@ -189,6 +189,14 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("memory",),
     ),
     MethodSpec(
+        "memory.list_feedback",
+        "List feedback (verdicts of users and verifiers), newest first, optionally on one episode.",
+        dto.ListFeedbackParams,
+        dto.FeedbackListResult,
+        errors=_COMMON,
+        tags=("memory",),
+    ),
+    MethodSpec(
         "memory.get_policy",
         "One policy or typed experience by id, with its type, evidence polarity, salience, confidence, "
         "skill eligibility, guidance, sources (episodes, feedback, traces) and verifier data; null when it does "

@@ -32,7 +32,7 @@ from memos_bridge.core.learning import experiences, skill_lifecycle, world_store
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
-from memos_bridge.core.mappers import episode_dto, trace_dto
+from memos_bridge.core.mappers import episode_dto, feedback_dto, trace_dto
 from memos_bridge.core.memories import MemoryService
 from memos_bridge.core.memory_history import history_sync
 from memos_bridge.core.namespace import list_scope, owner_for, row_scope
@@ -319,6 +319,16 @@ class MemoryCore:
             )
             statuses = repos.episode_status(db, (row.episode_id for row in rows))
             return dto.TracesResult(traces=[trace_dto(row, statuses.get(row.episode_id)) for row in rows])
+
+        return await self.db.read(work)
+
+    async def list_feedback(self, params: dto.ListFeedbackParams) -> dto.FeedbackListResult:
+        def work(db: Session) -> dto.FeedbackListResult:
+            owner = list_scope(db, params.namespace, session_id=params.session_id, episode_id=params.episode_id)
+            rows = repos.list_feedback(
+                db, owner, episode_id=params.episode_id, limit=params.limit, offset=params.offset
+            )
+            return dto.FeedbackListResult(feedback=[feedback_dto(row) for row in rows])
 
         return await self.db.read(work)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from memos_bridge.contract.dto import (
     EpisodeDTO,
+    FeedbackDTO,
     LessonDTO,
     LessonSubjectDTO,
     PolicyDTO,
@@ -14,7 +15,7 @@ from memos_bridge.contract.dto import (
     TraceDTO,
 )
 from memos_bridge.rules.text import clip
-from memos_bridge.storage.models import EpisodeRow, PolicyRow, TraceRow
+from memos_bridge.storage.models import EpisodeRow, FeedbackRow, PolicyRow, TraceRow
 
 
 def _tool_calls(raw: Any) -> list[ToolCallDTO]:
@@ -156,4 +157,19 @@ def _skill_note(note: object) -> PolicySkillNoteDTO | None:
         role=role if isinstance(role, str) else None,
         primary=primary if isinstance(primary, bool) else None,
         ts=ts if isinstance(ts, int) and not isinstance(ts, bool) else None,
+    )
+
+
+def feedback_dto(row: FeedbackRow) -> FeedbackDTO:
+    return FeedbackDTO(
+        id=row.id,
+        ts=row.ts,
+        episode_id=row.episode_id,
+        trace_id=row.trace_id,
+        channel="implicit" if row.channel == "implicit" else "explicit",
+        polarity=row.polarity,
+        magnitude=row.magnitude,
+        rationale=row.rationale,
+        raw=row.raw_json,
+        evidence_id=row.evidence_id,
     )

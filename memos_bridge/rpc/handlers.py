@@ -49,6 +49,7 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "memory.timeline": core.timeline,
         "memory.list_traces": core.list_traces,
         "memory.list_episodes": core.list_episodes,
+        "memory.list_feedback": core.list_feedback,
         "memory.get_policy": core.get_policy,
         "memory.list_policies": core.list_policies,
         "memory.get_world": core.get_world,

@@ -16,6 +16,7 @@ from memos_bridge.storage.models import (
     ApiLogRow,
     EmbeddingRetryRow,
     EpisodeRow,
+    FeedbackRow,
     MemoryRow,
     PolicyRow,
     SessionRow,
@@ -78,6 +79,17 @@ def list_episodes(
     if status:
         stmt = stmt.where(EpisodeRow.status == status)
     stmt = stmt.order_by(EpisodeRow.started_at.desc(), EpisodeRow.id.desc()).limit(limit).offset(offset)
+    return list(db.scalars(stmt))
+
+
+def list_feedback(
+    db: Session, owner: OwnerFilter | None, *, episode_id: str | None, limit: int, offset: int
+) -> list[FeedbackRow]:
+    """Feedback in a namespace (optionally on one episode), newest first."""
+    stmt = select(FeedbackRow).where(visible(owner, FeedbackRow))
+    if episode_id:
+        stmt = stmt.where(FeedbackRow.episode_id == episode_id)
+    stmt = stmt.order_by(FeedbackRow.ts.desc(), FeedbackRow.id.desc()).limit(limit).offset(offset)
     return list(db.scalars(stmt))
 
 

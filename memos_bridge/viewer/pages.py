@@ -148,6 +148,7 @@ async def task_detail(request: Request, session: ViewerSession, viewer: Viewer) 
     produced = [p for p in policies.get("policies") or [] if episode_id in (p.get("sourceEpisodeIds") or [])]
     worlds = await viewer.backend.call("memory.list_world_models", {"namespace": "*", "limit": 500})
     produced_world = [w for w in worlds.get("worldModels") or [] if episode_id in (w.get("sourceEpisodeIds") or [])]
+    feedback = await viewer.backend.call("memory.list_feedback", {"episodeId": episode_id, "namespace": "*"})
     return await viewer.render(
         request,
         "task.html",
@@ -156,6 +157,7 @@ async def task_detail(request: Request, session: ViewerSession, viewer: Viewer) 
         traces=timeline.get("traces") or [],
         produced=produced,
         produced_world=produced_world,
+        feedback=feedback.get("feedback") or [],
     )
 
 

@@ -65,6 +65,19 @@ def test_retrieval_log_and_analytics_stay_in_their_namespace(tmp_path: Path) -> 
         other = _turn(client, bob, "deploy the payments service to the kubernetes cluster", "Deployed with helm.")
         _verdict(client, other["episode"], 0, 2, "bob-v1")
 
+        # ---- feedback: alice's verdicts on her task, newest first; bob's only in bob's namespace
+        on_first = client.call("memory.list_feedback", {"episodeId": first["episode"]})["feedback"]
+        assert [f["evidenceId"] for f in on_first] == ["alice-v2", "alice-v1"]
+        assert [f["raw"]["verifier"]["passed"] for f in on_first] == [3, 1]
+        assert {f["evidenceId"] for f in client.call("memory.list_feedback", {"namespace": ALICE})["feedback"]} == {
+            "alice-v1",
+            "alice-v2",
+        }
+        assert [f["evidenceId"] for f in client.call("memory.list_feedback", {"sessionId": bob})["feedback"]] == [
+            "bob-v1"
+        ]
+        assert client.call("memory.list_feedback", {"namespace": BOB, "episodeId": first["episode"]})["feedback"] == []
+
         # ---- retrieval log: alice's turns, newest first, as they were answered
         entries = client.call("memory.retrieval_log", {"namespace": ALICE})["entries"]
         assert [e["sessionId"] for e in entries] == [alice, alice]

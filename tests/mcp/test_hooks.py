@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -134,10 +133,9 @@ def test_prompt_tools_stop_correction_and_recall_in_a_later_session(
 
     # The user corrects the answer: feedback bound to that turn, then the new prompt is itself a turn.
     _hook(home, "user-prompt-submit", {**base, "hook_event_name": "UserPromptSubmit", "prompt": CORRECTION})
-    with sqlite3.connect(f"file:{home / 'memos.db'}?mode=ro", uri=True) as db:
-        feedback = db.execute("SELECT polarity, rationale FROM feedback WHERE episode_id = ?", (episodes[0]["id"],))
-        rows = feedback.fetchall()
-    assert [polarity for polarity, _ in rows] == ["negative"] and "0.4536" in rows[0][1]
+    feedback = service.call("memory.list_feedback", {"episodeId": episodes[0]["id"]})["feedback"]
+    assert [f["polarity"] for f in feedback] == ["negative"] and "0.4536" in feedback[0]["rationale"]
+    assert feedback[0]["traceId"] in {step["id"] for step in steps}  # bound to the judged turn's last step
     _transcript(tmp_path / "t1.jsonl", CORRECTION, [], "Right: 560.0 kg.")
     _hook(home, "stop", {**base, "hook_event_name": "Stop", "stop_hook_active": False})
     service.call("memory.flush", {}, timeout=300)

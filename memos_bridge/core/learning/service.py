@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from sqlalchemy import select
@@ -30,6 +29,7 @@ from memos_bridge.core.learning.queue import ForegroundGate, LearningQueue
 from memos_bridge.core.learning.reward_stage import RewardReport, run_reward
 from memos_bridge.core.learning.skills import skill_stage
 from memos_bridge.core.learning.world import world_stage
+from memos_bridge.core.mappers import feedback_dto
 from memos_bridge.core.reward import priority_at
 from memos_bridge.core.sessions import Outbox, finalize_episode_sync
 from memos_bridge.core.strength import strength_stage
@@ -161,7 +161,7 @@ class LearningService:
         if not params.episode_id and not params.trace_id:
             raise MemosError(ErrorCode.INVALID_ARGUMENT, "feedback.submit needs episodeId or traceId")
         row, created = await self.ctx.db.write(lambda db: self._store_feedback(db, params))
-        feedback = _feedback_dto(row)
+        feedback = feedback_dto(row)
         self.ctx.events.enter(scope_of(row))
         if not created:
             return feedback
@@ -350,19 +350,3 @@ def _update_judged_trace(db: Session, trace: TraceRow, now: int, half_life_days:
     trace.value = value
     trace.r_human = value
     trace.priority = priority_at(value, trace.ts, now, half_life_days=half_life_days)
-
-
-def _feedback_dto(row: FeedbackRow) -> dto.FeedbackDTO:
-    raw: Any = row.raw_json
-    return dto.FeedbackDTO(
-        id=row.id,
-        ts=row.ts,
-        episode_id=row.episode_id,
-        trace_id=row.trace_id,
-        channel="implicit" if row.channel == "implicit" else "explicit",
-        polarity=row.polarity,
-        magnitude=row.magnitude,
-        rationale=row.rationale,
-        raw=raw,
-        evidence_id=row.evidence_id,
-    )
