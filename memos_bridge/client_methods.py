@@ -797,6 +797,10 @@ class RpcMethods(ABC, Generic[R, RN]):
         """Ask the configured LLM for a short completion → `{ok, provider, text?, …}`."""
         return self._invoke("llm.test", build_params({"prompt": prompt, "timeout_ms": timeout_ms}, extra), timeout)
 
+    def core_namespaces(self, *, timeout: float | None = None) -> R:
+        """Every namespace that holds sessions (operator only) → `{namespaces}`."""
+        return self._invoke("core.namespaces", {}, timeout)
+
     def viewer_start(
         self, *, host: str | None = None, port: int | None = None, timeout: float | None = None, **extra: Any
     ) -> R:

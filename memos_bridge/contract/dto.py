@@ -1238,6 +1238,20 @@ class CoreConfigResult(WireModel):
     sources: ConfigSourcesDTO
 
 
+class NamespaceSummaryDTO(WireModel):
+    """One namespace that holds sessions: who owns it and how busy it is."""
+
+    agent_kind: str
+    profile_id: str
+    workspace_id: str | None = None
+    sessions: int
+    last_seen_at: int | None = None
+
+
+class NamespacesResult(WireModel):
+    namespaces: list[NamespaceSummaryDTO]
+
+
 class EmptyParams(WireModel):
     """Methods without parameters: `{}` or no params at all; anything else is rejected."""
 

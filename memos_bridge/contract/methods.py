@@ -60,6 +60,15 @@ METHODS: tuple[MethodSpec, ...] = (
         tags=("core",),
     ),
     MethodSpec(
+        "core.namespaces",
+        "Every namespace that holds sessions, most recently active first (the operator view: TCP with the token, "
+        "or the viewer).",
+        dto.EmptyParams,
+        dto.NamespacesResult,
+        errors=(*_COMMON, ErrorCode.UNAUTHORIZED),
+        tags=("core",),
+    ),
+    MethodSpec(
         "core.config",
         "The effective settings with every secret masked, and their sources (config file, names of the "
         "environment variables read).",

@@ -197,6 +197,19 @@ class MemoryCore:
         counts = self.redactor.counts()
         return dto.RedactionHealthDTO(enabled=self.redactor.enabled, total=sum(counts.values()), by_kind=counts)
 
+    async def namespaces(self, _params: dto.EmptyParams | None = None) -> dto.NamespacesResult:
+        def work(db: Session) -> dto.NamespacesResult:
+            return dto.NamespacesResult(
+                namespaces=[
+                    dto.NamespaceSummaryDTO(
+                        agent_kind=agent, profile_id=profile, workspace_id=workspace, sessions=count, last_seen_at=seen
+                    )
+                    for agent, profile, workspace, count, seen in repos.namespace_summaries(db)
+                ]
+            )
+
+        return await self.db.read(work)
+
     async def config(self, _params: dto.EmptyParams | None = None) -> dto.CoreConfigResult:
         """The effective settings, secrets masked (read-only: settings change by file or env and a restart)."""
         return core_config(self.settings)

@@ -24,6 +24,8 @@ CoreCall = Callable[[Any], Awaitable[BaseModel | None]]
 
 # Methods answered by the transport itself (connection state), not by core.
 TRANSPORT_METHODS = frozenset({"auth"})
+# Methods that show every namespace, like a `namespace: "*"` read: the operator only.
+OPERATOR_METHODS = frozenset({"core.namespaces"})
 # Methods that act on this machine for the caller (open a listening port): its own user only.
 LOCAL_USER_METHODS = frozenset({"viewer.start"})
 # Methods that read or write a file the caller names (`path`).
@@ -35,6 +37,7 @@ def _bindings(core: MemoryCore) -> dict[str, CoreCall]:
         "core.ping": core.ping,
         "core.health": core.health,
         "core.config": core.config,
+        "core.namespaces": core.namespaces,
         "session.open": core.open_session,
         "session.close": core.close_session,
         "episode.open": core.open_episode,
@@ -92,7 +95,7 @@ def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel]
         # Secrets are replaced here, before core sees the params: nothing downstream (storage, embeddings,
         # indexes, logs, LLM prompts, recall) can keep what it never received.
         validated = redact(params_model.model_validate(params))
-        if getattr(validated, "namespace", None) == dto.ALL_NAMESPACES:
+        if getattr(validated, "namespace", None) == dto.ALL_NAMESPACES or spec.name in OPERATOR_METHODS:
             _require_operator(ctx)
         if spec.name in FILE_METHODS:
             _require_file_access(ctx, getattr(validated, "path", None), home)

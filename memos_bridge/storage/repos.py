@@ -82,6 +82,23 @@ def list_episodes(
     return list(db.scalars(stmt))
 
 
+def namespace_summaries(db: Session) -> list[tuple[str, str, str | None, int, int | None]]:
+    """(agent kind, profile, workspace, sessions, last seen) per namespace that holds sessions, most recent first."""
+    last_seen = func.max(SessionRow.last_seen_at)
+    stmt = (
+        select(
+            SessionRow.owner_agent_kind,
+            SessionRow.owner_profile_id,
+            SessionRow.owner_workspace_id,
+            func.count(SessionRow.id),
+            last_seen,
+        )
+        .group_by(SessionRow.owner_agent_kind, SessionRow.owner_profile_id, SessionRow.owner_workspace_id)
+        .order_by(last_seen.desc())
+    )
+    return [(str(a), str(p), w, int(n), None if seen is None else int(seen)) for a, p, w, n, seen in db.execute(stmt)]
+
+
 def list_feedback(
     db: Session, owner: OwnerFilter | None, *, episode_id: str | None, limit: int, offset: int
 ) -> list[FeedbackRow]:

@@ -88,12 +88,15 @@ class Viewer:
     async def render(self, request: Request, template: str, session: ViewerSession, **context: Any) -> HTMLResponse:
         started = time.perf_counter()
         ns = request.query_params.get("ns", "*")
+        known = (await self.backend.call("core.namespaces")).get("namespaces") or []
+        choices = sorted({f"{n['profileId']}/{n.get('workspaceId') or ''}".rstrip("/") for n in known})
         body = self.templates.get_template(template).render(
             nav=NAV,
             path=request.url.path,
             csrf=session.csrf,
             ns=ns,
             ns_query=f"?{urlencode({'ns': ns})}" if ns not in ("", "*") else "",
+            ns_choices=choices,
             flash=request.query_params.get("flash"),
             error=request.query_params.get("error"),
             **context,

@@ -65,6 +65,11 @@ def test_retrieval_log_and_analytics_stay_in_their_namespace(tmp_path: Path) -> 
         other = _turn(client, bob, "deploy the payments service to the kubernetes cluster", "Deployed with helm.")
         _verdict(client, other["episode"], 0, 2, "bob-v1")
 
+        # ---- the list of namespaces is the operator's: not over stdio
+        with pytest.raises(RpcError) as refused:
+            client.call("core.namespaces")
+        assert refused.value.memos_code == "unauthorized"
+
         # ---- feedback: alice's verdicts on her task, newest first; bob's only in bob's namespace
         on_first = client.call("memory.list_feedback", {"episodeId": first["episode"]})["feedback"]
         assert [f["evidenceId"] for f in on_first] == ["alice-v2", "alice-v1"]

@@ -89,6 +89,8 @@ def test_search_shows_the_hit_with_its_channels_and_scoping_keeps_namespaces_apa
     with httpx.Client(base_url=url) as http:
         found = http.get("/memories", params={"q": "parcel weights pounds"}).text
         assert ids["a"] in found and re.search(r"fts_word|vec", found)
+        listing = http.get("/memories").text  # the namespace box offers the namespaces that hold sessions
+        assert '<option value="default/shop">' in listing and '<option value="default/bank">' in listing
         only_a = http.get("/memories", params={"ns": "default/shop"}).text
         assert ids["a"] in only_a and ids["b"] not in only_a
         only_b = http.get("/memories", params={"ns": "default/bank", "q": "parcel weights pounds"}).text
