@@ -109,63 +109,64 @@ def _make_handler(spec: MethodSpec, call: CoreCall, redact: Callable[[BaseModel]
     return handler
 
 
+def _holds_token(ctx: Any) -> bool:
+    """A TCP client that proved it holds the daemon's token."""
+    peer = getattr(ctx, "peer", None)
+    authenticated = bool(getattr(ctx, "authenticated", False))
+    return getattr(ctx, "transport", None) == "tcp" and peer is not None and peer.auth_required and authenticated
+
+
+def _is_viewer(ctx: Any) -> bool:
+    """The web viewer, which runs inside the owner and authenticates its own users (loopback, or the token at
+    its login page) before it calls anything."""
+    return getattr(ctx, "transport", None) == "viewer" and getattr(ctx, "peer", None) is None
+
+
+def _is_local_user(ctx: Any) -> bool:
+    """The caller runs as this machine's user of the data home: the host that spawned the service (stdio), a
+    process that reached the home's own socket (mode 600), the viewer, or a TCP client holding the token."""
+    return getattr(ctx, "transport", None) in ("stdio", "local") or _is_viewer(ctx) or _holds_token(ctx)
+
+
 def _require_operator(ctx: Any) -> None:
-    """`namespace: "*"` reads every namespace: only a TCP client that proved it holds the token may ask, or
-    the web viewer, which runs inside the owner and authenticates its own users (loopback, or the token at
-    its login page) before it calls anything.
+    """`namespace: "*"` reads every namespace: only a TCP client holding the token, or the viewer, may ask.
 
     On stdio the peer is whichever host spawned the service, and a TCP daemon without a token accepts anyone
     on the machine; neither proves the caller is the data home's operator."""
-    transport = getattr(ctx, "transport", None)
-    peer = getattr(ctx, "peer", None)
-    if transport == "viewer" and peer is None:
-        return
-    if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
+    if _is_viewer(ctx) or _holds_token(ctx):
         return
     raise MemosError(
         ErrorCode.UNAUTHORIZED,
         'namespace "*" (every namespace) is allowed only on a TCP connection authenticated with the token; '
         "name a namespace or a sessionId instead",
-        {"namespace": "*", "transport": transport},
+        {"namespace": "*", "transport": getattr(ctx, "transport", None)},
     )
 
 
 def _require_local_user(ctx: Any) -> None:
-    """The caller runs as this machine's user of the data home: the host that spawned the service (stdio), a
-    process that reached the home's own socket, or a TCP client that proved it holds the token."""
-    transport = getattr(ctx, "transport", None)
-    peer = getattr(ctx, "peer", None)
-    if transport in ("stdio", "local", "viewer"):
-        return
-    if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
+    """Opening a listening port for the caller (`viewer.start`) is for the data home's own user."""
+    if _is_local_user(ctx):
         return
     raise MemosError(
         ErrorCode.UNAUTHORIZED,
         "only a process of the data home's user may start the viewer: over stdio, the home's socket, or TCP with "
         "the token",
-        {"transport": transport},
+        {"transport": getattr(ctx, "transport", None)},
     )
 
 
 def _require_file_access(ctx: Any, raw: str | None, home: Path) -> None:
     """A file the service reads or writes for a caller (`memory.export` / `memory.import`) lies under the data
-    home, unless the caller runs on this machine as the service's user: the host that spawned it (stdio), a
-    process that reached the home's own socket, or a TCP client that proved it holds the token. An
-    unauthenticated TCP client (any local user, on a loopback daemon without a token) must not make the
-    service read or overwrite the user's files."""
-    if raw is None or paths.is_under(paths.resolve(home, raw), home):
-        return
-    transport = getattr(ctx, "transport", None)
-    peer = getattr(ctx, "peer", None)
-    if transport in ("stdio", "local"):
-        return
-    if transport == "tcp" and peer is not None and peer.auth_required and getattr(ctx, "authenticated", False):
+    home, unless the caller runs on this machine as the service's user. An unauthenticated TCP client (any
+    local user, on a loopback daemon without a token) must not make the service read or overwrite the user's
+    files."""
+    if raw is None or paths.is_under(paths.resolve(home, raw), home) or _is_local_user(ctx):
         return
     raise MemosError(
         ErrorCode.UNAUTHORIZED,
         "over TCP without the token, files are read and written only under the data home: give a path relative "
         f"to {paths.exports_dir(home)}, or connect with the token",
-        {"path": raw, "transport": transport},
+        {"path": raw, "transport": getattr(ctx, "transport", None)},
     )
 
 
