@@ -161,27 +161,28 @@ async def task_detail(request: Request, session: ViewerSession, viewer: Viewer) 
     )
 
 
-async def experiences(request: Request, session: ViewerSession, viewer: Viewer) -> Response:
+async def _listing(request: Request, viewer: Viewer, kind: str) -> list[dict[str, Any]]:
+    """One kind's list in the chosen namespace, optionally of one status (`?status=`)."""
+    method, key = LISTS[kind]
     params: dict[str, Any] = {"namespace": viewer.namespace(request), "limit": LIST_LIMIT}
     if request.query_params.get("status"):
         params["status"] = request.query_params["status"]
-    found = await viewer.backend.call("memory.list_policies", params)
-    return await viewer.render(request, "experiences.html", session, policies=found.get("policies") or [])
+    found = await viewer.backend.call(method, params)
+    return list(found.get(key) or [])
+
+
+async def experiences(request: Request, session: ViewerSession, viewer: Viewer) -> Response:
+    policies = await _listing(request, viewer, "policy")
+    return await viewer.render(request, "experiences.html", session, policies=policies)
 
 
 async def skills(request: Request, session: ViewerSession, viewer: Viewer) -> Response:
-    params: dict[str, Any] = {"namespace": viewer.namespace(request), "limit": LIST_LIMIT}
-    if request.query_params.get("status"):
-        params["status"] = request.query_params["status"]
-    found = await viewer.backend.call("skill.list", params)
-    return await viewer.render(request, "skills.html", session, skills=found.get("skills") or [])
+    return await viewer.render(request, "skills.html", session, skills=await _listing(request, viewer, "skill"))
 
 
 async def world(request: Request, session: ViewerSession, viewer: Viewer) -> Response:
-    found = await viewer.backend.call(
-        "memory.list_world_models", {"namespace": viewer.namespace(request), "limit": LIST_LIMIT}
-    )
-    return await viewer.render(request, "world.html", session, models=found.get("worldModels") or [])
+    models = await _listing(request, viewer, "world_model")
+    return await viewer.render(request, "world.html", session, models=models)
 
 
 async def analytics(request: Request, session: ViewerSession, viewer: Viewer) -> Response:
