@@ -102,6 +102,10 @@ def run_doctor(home: str | None, *, load_model: bool) -> int:
         try:
             db.open()
             print(f"schema version: {db.schema_version()} (latest {LATEST_VERSION})")
+            backend = db.backend()
+            vectors = f"pgvector {backend['vector_extension']}" if backend["vector_extension"] else "in-memory index"
+            search = "full-text in the database" if backend["full_text"] else "no full-text (vectors, patterns)"
+            print(f"backend:        {backend['dialect']} {backend['server_version']}; {search}; vectors: {vectors}")
             _print_memories(db)
         except Exception as exc:
             print(f"database:       ERROR — {exc}")

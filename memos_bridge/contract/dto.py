@@ -1179,6 +1179,17 @@ class ModelHealthDTO(WireModel):
     last_error: str | None = None
 
 
+class StorageHealthDTO(WireModel):
+    """The database that serves the home."""
+
+    dialect: str = Field(..., description="sqlite or postgresql.")
+    server_version: str
+    full_text: bool = Field(..., description="Keyword search runs in the database (SQLite FTS5).")
+    vector_extension: str | None = Field(
+        None, description="pgvector's version when installed; null: the service's in-memory vector index is used."
+    )
+
+
 class HealthPathsDTO(WireModel):
     home: str
     config: str
@@ -1217,6 +1228,7 @@ class CoreHealthDTO(WireModel):
         None, description="Per-operation LLM counters (calls, failures, malformed, tokens, latency), breakers, budget."
     )
     redactions: RedactionHealthDTO | None = Field(None, description="Secrets redacted from requests, by kind.")
+    storage: StorageHealthDTO | None = Field(None, description="The database backend.")
 
 
 class ConfigSourcesDTO(WireModel):

@@ -83,6 +83,7 @@ class MemoryCore:
         self.viewer_launcher: Callable[[str, int], Awaitable[tuple[str, bool]]] | None = None
         self._started = time.monotonic()
         self._schema_version: int | None = None
+        self._backend: dto.StorageHealthDTO | None = None
         self.background = BackgroundWork()
         self.vectors = VectorStore(db, embedder.dim)
         self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval, self.llm)
@@ -142,6 +143,12 @@ class MemoryCore:
             self._schema_version = await anyio.to_thread.run_sync(self.db.schema_version)
         return self._schema_version
 
+    async def _cached_backend(self) -> dto.StorageHealthDTO:
+        """The backend does not change while the service runs: read once."""
+        if self._backend is None:
+            self._backend = dto.StorageHealthDTO.model_validate(await anyio.to_thread.run_sync(self.db.backend))
+        return self._backend
+
     async def ping(self, _params: dto.EmptyParams | None = None) -> dto.PingResult:
         return dto.PingResult(ts=now_ms())
 
@@ -181,6 +188,7 @@ class MemoryCore:
             ),
             llm_usage=self.llm.stats(),
             redactions=self._redaction_health(),
+            storage=await self._cached_backend(),
         )
 
     @property

@@ -32,7 +32,7 @@ from sqlalchemy import Engine, func, make_url, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
-from memos_bridge.storage.engine import create_db_engine, is_memory_sqlite, writer
+from memos_bridge.storage.engine import backend_info, create_db_engine, is_memory_sqlite, writer
 from memos_bridge.storage.migrations import current_version, migrate
 from memos_bridge.storage.models import Base
 from memos_bridge.storage.priority import PrioritySlots, yield_to_interactive
@@ -168,6 +168,11 @@ class Database:
         if self._slots is None:
             return {"read": 0, "write": 0}
         return {"read": self._slots[1].waiting, "write": self._slots[2].waiting}
+
+    def backend(self) -> dict[str, str | bool | None]:
+        """Dialect, server version, full-text and vector support of the database (`engine.backend_info`)."""
+        with self._reader_guard():
+            return backend_info(self.engine)
 
     def schema_version(self) -> int:
         with self._reader_guard():

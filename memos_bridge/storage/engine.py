@@ -130,3 +130,24 @@ def fts5_available(engine: Engine) -> bool:
         finally:
             conn.rollback()
     return True
+
+
+def backend_info(engine: Engine) -> dict[str, str | bool | None]:
+    """Which database serves the home: dialect, server version, whether full-text search runs in it, and the
+    vector extension's version (None: the service's in-memory vector index is used)."""
+    if is_sqlite(engine):
+        return {
+            "dialect": "sqlite",
+            "server_version": sqlite_version(),
+            "full_text": fts5_available(engine),
+            "vector_extension": None,
+        }
+    with engine.connect() as conn:
+        version = str(conn.exec_driver_sql("SHOW server_version").scalar() or "")
+        vector = conn.exec_driver_sql("SELECT extversion FROM pg_extension WHERE extname = 'vector'").scalar()
+    return {
+        "dialect": engine.dialect.name,
+        "server_version": version,
+        "full_text": False,
+        "vector_extension": None if vector is None else str(vector),
+    }

@@ -96,11 +96,20 @@ class OwnerFilter:
         """The same predicate as `clause`, as SQL text over table alias `alias` with bound parameters.
 
         For hand-written hot-path statements (`storage/hotpath.py`), where building a Core expression per
-        call costs more than running the query. `IS` is SQLite's null-safe equality.
+        call costs more than running the query. A profile-wide namespace (no workspace) is spelt `IS NULL` and
+        a workspace `= :owner_workspace`: plain SQL every backend runs and indexes (SQLite's `IS ?` null-safe
+        equality is not PostgreSQL's).
         """
         agent = "" if self.agent_kind is None else f"{alias}.owner_agent_kind = :owner_agent AND "
-        own = f"({agent}{alias}.owner_profile_id = :owner_profile AND {alias}.owner_workspace_id IS :owner_workspace)"
-        params: dict[str, Any] = {"owner_profile": self.profile_id, "owner_workspace": self.workspace_id}
+        workspace = (
+            f"{alias}.owner_workspace_id IS NULL"
+            if self.workspace_id is None
+            else f"{alias}.owner_workspace_id = :owner_workspace"
+        )
+        own = f"({agent}{alias}.owner_profile_id = :owner_profile AND {workspace})"
+        params: dict[str, Any] = {"owner_profile": self.profile_id}
+        if self.workspace_id is not None:
+            params["owner_workspace"] = self.workspace_id
         if self.agent_kind is not None:
             params["owner_agent"] = self.agent_kind
         if shareable:
