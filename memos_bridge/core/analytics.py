@@ -41,32 +41,24 @@ from sqlalchemy import case, false, func, select
 from sqlalchemy.orm import Session
 
 from memos_bridge.contract import dto
-from memos_bridge.core import reward
+from memos_bridge.core import reward, stats
 from memos_bridge.core.namespace import list_scope
 from memos_bridge.core.retrieval_log import TURN_START_TOOL, TURN_START_TYPE
+from memos_bridge.core.stats import DAY_MS
 from memos_bridge.storage.models import (
     ApiLogRow,
     EpisodeRow,
     FeedbackRow,
-    MemoryRow,
-    PolicyRow,
     SessionRow,
-    SkillRow,
-    TraceRow,
     TurnRow,
-    WorldModelRow,
 )
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.timeutil import now_ms
 
-DAY_MS: Final = 86_400_000
-#: Kind → (model, the column its creation time is in). A step's creation is its `ts`.
+#: Kind → (model, the column its creation time is in), as `memory.stats` measures ages; the wire calls a policy
+#: what people know it as, an experience.
 WRITTEN: Final[dict[str, tuple[Any, Any]]] = {
-    "trace": (TraceRow, TraceRow.ts),
-    "experience": (PolicyRow, PolicyRow.created_at),
-    "world_model": (WorldModelRow, WorldModelRow.created_at),
-    "skill": (SkillRow, SkillRow.created_at),
-    "memory": (MemoryRow, MemoryRow.created_at),
+    ("experience" if kind == "policy" else kind): columns for kind, columns in stats.KINDS.items()
 }
 LLM_PREFIX: Final = "llm:"
 PERCENTILES: Final = (50, 95, 99)
