@@ -33,7 +33,8 @@ PASSED = {"task": "sec13f_issuer_values", "passed": 5, "total": 5}
 REASON = "It sums values per filer, not per issuer: wrong grouping for our reports."
 
 
-def _learn_skill(client: ServiceClient, session: str) -> dict[str, Any]:
+def _fail_once(client: ServiceClient, session: str) -> None:
+    """A 13F task done wrong and its verifier verdict: the experience to avoid multiplying by 1000."""
     failed = _task(
         client,
         session,
@@ -43,6 +44,10 @@ def _learn_skill(client: ServiceClient, session: str) -> dict[str, Any]:
         1_000,
     )
     _verdict(client, failed, "negative", AVOID_LINE, THOUSANDS)
+
+
+def _learn_skill(client: ServiceClient, session: str) -> dict[str, Any]:
+    _fail_once(client, session)
     passed = _task(
         client,
         session,
@@ -133,15 +138,7 @@ def test_a_rejected_skill_stays_out_until_a_person_approves_it(home: Path) -> No
 def test_set_status_takes_an_experience_out_of_recall_and_back(home: Path) -> None:
     with ServiceClient.spawn(home, env=NO_LLM_ENV) as client:
         session = client.call("session.open", {"agent": AGENT})["sessionId"]
-        failed = _task(
-            client,
-            session,
-            "Compute the total value of the 13F holdings per issuer and write answers.json",
-            [PARSE, WRITE],
-            "Wrote answers.json with every value multiplied by 1000.",
-            1_000,
-        )
-        _verdict(client, failed, "negative", AVOID_LINE, THOUSANDS)
+        _fail_once(client, session)
         recalled = _hit_ids(_recall(client, "se_1", 100_000), "experience")
         assert recalled
         experience = recalled[0]

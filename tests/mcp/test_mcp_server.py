@@ -20,6 +20,7 @@ from mcp.client.stdio import stdio_client
 
 from memos_bridge.client import ServiceClient
 from memos_bridge.mcp.project import resolve_namespace
+from tests.e2e.test_skills_rpc import AVOID_LINE, PARSE, SUM, WRITE
 
 TOOLS = {
     "memory_search",
@@ -134,11 +135,6 @@ async def test_every_tool_through_the_mcp_client_and_one_memory_with_the_hooks(t
             assert memory_id not in _text(after)
 
 
-PARSE = {"name": "bash", "input": {"cmd": "python parse_13f.py filing.xml"}, "output": "parsed 312 infoTable rows"}
-SUM = {"name": "python", "input": {"code": "df.groupby('issuer').value.sum()"}, "output": "41 issuers"}
-WRITE = {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"}
-
-
 def _task(client: ServiceClient, session: str, text: str, tools: list[dict[str, Any]], reply: str, ts: int) -> str:
     started = client.call("turn.start", {"agent": "claude-code", "sessionId": session, "userText": text, "ts": ts})
     episode: str = started["query"]["episodeId"]
@@ -172,7 +168,7 @@ async def test_an_active_skill_is_a_resource_and_reading_it_in_a_task_is_a_trial
             {
                 "episodeId": failed,
                 "polarity": "negative",
-                "rationale": "Do not multiply 13F infoTable values by 1000: they are already in thousands",
+                "rationale": AVOID_LINE,
                 "raw": {"verifier": verdict},
             },
             timeout=120,

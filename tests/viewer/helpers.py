@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from memos_bridge.client import ServiceClient
+from memos_bridge.viewer.app import NAV
+
+#: Every page of the viewer's navigation.
+PAGES = [href for href, _ in NAV]
 
 
 def serve_with_viewer(home: Path, bind: str, env: dict[str, str] | None = None) -> tuple[ServiceClient, str]:

@@ -20,31 +20,17 @@ from typing import Any
 import pytest
 
 from memos_bridge.client import ServiceClient
-from tests.viewer.helpers import serve_with_viewer, turn
+from tests.e2e.test_skills_rpc import AVOID_LINE, PARSE, SUM, WRITE
+from tests.viewer.helpers import PAGES, serve_with_viewer, turn
 
 CHROMIUM = os.environ.get("MEMOS_BRIDGE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 REQUIRED = os.environ.get("MEMOS_BRIDGE_REQUIRE_BROWSER") == "1"
-PAGES = [
-    "/",
-    "/memories",
-    "/tasks",
-    "/experiences",
-    "/skills",
-    "/world",
-    "/analytics",
-    "/retrieval",
-    "/import-export",
-    "/settings",
-]
 # One anchored skill stays a candidate until a person approves it (no automatic promotion in this test).
 ENV = {
     "MEMOS_BRIDGE_LEARNING__SKILL__PROMOTE_SUPPORT": "99",
     "MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0",
     "MEMOS_BRIDGE_LLM__PROVIDER": "none",
 }
-PARSE = {"name": "bash", "input": {"cmd": "python parse_13f.py filing.xml"}, "output": "parsed 312 infoTable rows"}
-SUM = {"name": "python", "input": {"code": "df.groupby('issuer').value.sum()"}, "output": "41 issuers"}
-WRITE = {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"}
 
 
 def _task(
@@ -103,7 +89,7 @@ def browser_page(
         2_000_000,
         {"passed": 2, "total": 5},
         "negative",
-        "Do not multiply 13F infoTable values by 1000: they are already in thousands",
+        AVOID_LINE,
     )
     _task(
         client,

@@ -17,27 +17,14 @@ import httpx
 import pytest
 
 from memos_bridge.client import ServiceClient
+from tests.viewer.helpers import PAGES
 from tests.viewer.helpers import serve_with_viewer as _serve
 from tests.viewer.helpers import turn as _turn
 
 A = {"profileId": "default", "workspaceId": "shop"}
 B = {"profileId": "default", "workspaceId": "bank"}
-ROUTES = [
-    "/",
-    "/memories",
-    "/memories?kind=trace",
-    "/memories?kind=policy",
-    "/memories?kind=world_model",
-    "/memories?kind=skill",
-    "/tasks",
-    "/experiences",
-    "/skills",
-    "/world",
-    "/analytics",
-    "/retrieval",
-    "/import-export",
-    "/settings",
-]
+#: Every page, and the memory list of every kind.
+ROUTES = [*PAGES, *(f"/memories?kind={kind}" for kind in ("trace", "policy", "world_model", "skill"))]
 
 
 @pytest.fixture(scope="module")
