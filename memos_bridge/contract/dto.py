@@ -248,10 +248,12 @@ class RetrievalFunnelDTO(WireModel):
     thresholded: int = Field(0, ge=0, description="Left after the relative relevance threshold.")
     deduped: int = Field(0, ge=0, description="Left after near-repeats were folded.")
     selected: int = Field(0, ge=0, description="Left after the per-tier caps (with episode roll-ups).")
-    filtered: int = Field(
-        0, ge=0, description="Left after the LLM relevance filter (when on) and the removal of distilled steps."
+    injected: int = Field(
+        0,
+        ge=0,
+        description="Hits returned and rendered into the injected block: what is left after the LLM relevance filter "
+        "(when on) and the removal of steps a recalled experience or skill was distilled from.",
     )
-    injected: int = Field(0, ge=0, description="Hits returned and rendered into the injected block.")
 
 
 class RetrievalStatsDTO(WireModel):

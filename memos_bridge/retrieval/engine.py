@@ -588,7 +588,7 @@ class Retriever:
             picked = outcome.kept
             stats.llm_filter = outcome.source
         picked = _without_distilled_steps(picked, loaded.sources)
-        stats.returned = funnel.filtered = len(picked)
+        stats.returned = len(picked)
         hits = [self._hit(c, rrf_k) for c in picked]
         funnel.injected = len(hits)
         stats.funnel = funnel

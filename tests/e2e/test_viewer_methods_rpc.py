@@ -96,7 +96,7 @@ def test_retrieval_log_and_analytics_stay_in_their_namespace(tmp_path: Path) -> 
             stats, funnel = entry["stats"], entry["stats"]["funnel"]
             assert funnel["injected"] == entry["hitCount"] == len(entry["hitIds"]) == stats["returned"]
             assert funnel["candidates"] == stats["candidates"]
-            steps = [funnel[k] for k in ("candidates", "thresholded", "deduped", "selected", "filtered", "injected")]
+            steps = [funnel[k] for k in ("candidates", "thresholded", "deduped", "selected", "injected")]
             assert steps == sorted(steps, reverse=True), funnel
             assert isinstance(entry["durationMs"], int) and entry["durationMs"] >= 0
             assert entry["episodeId"].startswith("ep_") and isinstance(entry["turnId"], int)
