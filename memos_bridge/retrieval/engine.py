@@ -866,7 +866,9 @@ class Retriever:
         A past step (or past task) is about the files its request named: when the request names files and the
         step names others, the step is another task's and comes back only when its meaning is nearly the same
         (`SAME_STEP_SIMILARITY`). A file named together with many different files (the output file a harness
-        asks every task for) is boilerplate and decides nothing."""
+        asks every task for) is boilerplate and decides nothing. The few candidates of a request may all come
+        from one earlier task, where the output file cannot be told from the subject that way; a file shared
+        with a request that names other files than the memory's is not counted either (`_shared_output`)."""
         floor = self._settings.lesson_min_similarity
         files_of_steps = _step_files(candidates)
         boilerplate = _boilerplate_files(files_of_steps)
@@ -878,17 +880,18 @@ class Retriever:
             needed = floor
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
                 own = [f for f in files_of_steps.get(cand.ref_id, []) if f not in boilerplate]
-                gated = bool(request_files and own) and not mentions(request, own)
+                deciding = [f for f in own if f not in _shared_output(own, request_files)]
+                gated = bool(request_files and own) and not mentions(request, deciding)
                 needed = SAME_STEP_SIMILARITY
             elif isinstance(payload, SkillSnippet):
                 terms = skill_subject_terms(payload)
-                gated = bool(terms) and not mentions(request, terms)
+                gated = bool(terms) and not mentions(request, _deciding_terms(terms, request, boilerplate))
             elif isinstance(payload, ExperienceSnippet) and payload.experience_type in TASK_RECORD_TYPES:
                 # A record of past tasks rather than a lesson (a procedure induced from successes, a "what
                 # worked" note): like a past step, about the names it gives, or, naming none, its own words.
                 named = _named_subjects(payload)
                 if named:
-                    gated = not mentions(request, named)
+                    gated = not mentions(request, _deciding_terms(named, request, boilerplate))
                 else:
                     words = _record_words(payload)
                     gated = bool(words) and not shares_words(request, words, request_words)
@@ -896,7 +899,9 @@ class Retriever:
             elif isinstance(payload, ExperienceSnippet) and not payload.lesson:
                 gated = False  # a preference or rule stored without a lesson record: left to the ranking
             else:
-                gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request)
+                gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(
+                    payload, request, boilerplate
+                )
             if gated and _vector_score(cand) < needed:
                 continue  # not about this request's subject: only a close match in meaning brings it
             kept.append(cand)
@@ -1053,10 +1058,11 @@ def _record_words(exp: ExperienceSnippet) -> list[str]:
 RECORD_WORDS = 6
 
 
-def _about(payload: ExperienceSnippet | WorldSnippet, request: str) -> bool:
+def _about(payload: ExperienceSnippet | WorldSnippet, request: str, boilerplate: frozenset[str] = frozenset()) -> bool:
     """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
-    nothing, two of its own words)."""
-    terms = _subject_terms(payload)
+    nothing, two of its own words). A boilerplate file among its terms (every task's output file) says nothing
+    about its subject."""
+    terms = _deciding_terms(_subject_terms(payload), request, boilerplate)
     if terms:
         return mentions(request, terms)
     return isinstance(payload, ExperienceSnippet) and bool(payload.words) and shares_words(request, payload.words)
@@ -1069,6 +1075,24 @@ TASK_RECORD_TYPES: frozenset[str] = frozenset({"procedural", "success_pattern"})
 #: request on a renamed file. Tasks that share a harness's wording ("Write {…} to answer.json") score 0.6–0.75
 #: against each other whatever their subject, so the lessons' floor is too low for steps.
 SAME_STEP_SIMILARITY = 0.85
+
+
+def _deciding_terms(terms: list[str], request: str, boilerplate: frozenset[str]) -> list[str]:
+    """The subject terms of a lesson, world model or skill that can tie it to the request: without boilerplate
+    files, and without the files it shares with a request about other files (`_shared_output`); its own files
+    still tie it to a request about the same file or a sibling file of the same house."""
+    kept = [term for term in terms if term.casefold() not in boilerplate]
+    files = [term.casefold() for term in kept if _files(term) == [term.casefold()]]
+    return [term for term in kept if term.casefold() not in _shared_output(files, _files(request))]
+
+
+def _shared_output(own: list[str], request_files: list[str]) -> set[str]:
+    """The files a memory shares with the request when each side also names a file the other does not ("from
+    kingsmere_jobs.csv … to answer.json" against "from larchmont_snapshots.csv … to answer.json"): what they
+    share is then what every task names (an output file), not the subject, and must not tie them. Empty when
+    one side's files contain the other's: then the shared files are the subject."""
+    mine, theirs = set(own), set(request_files)
+    return mine & theirs if mine - theirs and theirs - mine else set()
 
 
 def _files(text: str) -> list[str]:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from memos_bridge.rules.instance import instance_specific
-from memos_bridge.rules.text import clip, numbered, numbered_steps
+from memos_bridge.rules.text import clip, is_tool_call_line, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
 CLOSE_TAG = "</relevant-memories>"
@@ -534,6 +534,8 @@ COMPACT_LINE_CHARS = 300
 #: Roles whose lines read as something that went wrong, not as a rule: shown after "Avoid:".
 _AVOID_ROLES = frozenset({"diagnosis", "note", "observation"})
 _CJK_TEXT = re.compile(r"[\u3400-\u9fff]")
+#: Openings that already say "avoid": such a line is not labelled a second time.
+_NEGATED = ("avoid", "do not", "don't", "never")
 
 
 def _same_script(line: str, query: str) -> bool:
@@ -543,31 +545,43 @@ def _same_script(line: str, query: str) -> bool:
 def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
     """The lines a compact block shows for one experience: its lesson in the feedback's words (those in the
     request's script first), labelled only where a line does not read as a rule on its own."""
-    lines = exp.lesson or [step for step in numbered_steps(exp.procedure) if not instance_specific(step)]
+    lines = exp.lesson or [
+        step for step in numbered_steps(exp.procedure) if not instance_specific(step) and not is_tool_call_line(step)
+    ]
     roles = exp.roles if len(exp.roles) == len(exp.lesson) and exp.lesson else [""] * len(lines)
     ranked = sorted(range(len(lines)), key=lambda i: (not _same_script(lines[i], query), i))
     out: list[str] = []
     for index in ranked[:COMPACT_LINES_PER_LESSON]:
         line = clip(lines[index], COMPACT_LINE_CHARS)
         avoid = exp.experience_type == "failure_avoidance" and (roles[index] in _AVOID_ROLES or not exp.lesson)
-        out.append(
-            f"Avoid: {line}" if avoid and not line.lower().startswith(("avoid", "do not", "don't", "never")) else line
-        )
+        out.append(f"Avoid: {line}" if avoid and not line.lower().startswith(_NEGATED) else line)
     return out
 
 
 def _compact_skill_line(skill: SkillSnippet) -> str:
-    """A skill in the compact block: its name and the first paragraph of its guide, on one line."""
+    """A skill in the compact block when nothing else was recalled: its name and the first paragraph of its
+    guide, on one line."""
     return clip(f"{skill.name}: {skill_summary(skill) or skill.name}", COMPACT_LINE_CHARS)
+
+
+def _compact_skill_lessons(skill: SkillSnippet) -> list[str]:
+    """What a skill adds to a compact block beside the lessons: its Prefer and Avoid lines (the lessons it was
+    built from). Its summary is left out: drafted without an LLM it is the title and trigger of the task it
+    succeeded on, another task's request that a small model reads as its own task."""
+    avoid = [_unlabel(a) for a in skill.anti_pattern if not instance_specific(a)]
+    return [_unlabel(p) for p in skill.preference if not instance_specific(p)] + [
+        a if a.lower().startswith(_NEGATED) else f"Avoid: {a}" for a in avoid
+    ]
 
 
 def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: int = 800) -> str:
     """A small block for a small model: the recalled lessons first, one line each in their own words, then this
     session's decision repairs, environment facts and skills while the budget lasts; no ids, scope lines,
     headings or tool hints (a 1.5B model used a lesson inside the full block less well than the raw feedback).
-    Steps of other tasks are shown only when nothing else was recalled (their numbers are what a small model
-    copies)."""
-    full, updates = apply_provenance(data, _compact_skill_line)
+    Steps of other tasks and skill summaries are shown only when nothing else was recalled (their numbers and
+    another task's request are what a small model copies); a skill otherwise shows its Prefer and Avoid lines,
+    which is what the provenance rule counts as shown for it."""
+    full, updates = apply_provenance(data, lambda skill: "")
     candidates: list[str] = []
     ordered = sorted(data.memories, key=lambda m: MEMORY_ORDER.get(m.memory_type, len(MEMORY_ORDER)))
     candidates += [clip(memory_line(m), COMPACT_LINE_CHARS) for m in ordered]
@@ -583,8 +597,10 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
         candidates += [
             _unlabel(line.lstrip("-* ")) for line in world.body.splitlines() if line.strip().startswith(("-", "*"))
         ][:2]
-    candidates += [_compact_skill_line(skill) for skill in data.skills]
+    for skill in data.skills:
+        candidates += _compact_skill_lessons(skill)
     if not candidates:
+        candidates += [_compact_skill_line(skill) for skill in data.skills]
         candidates += [clip(t.summary, 200) for t in data.traces]
         candidates += [clip(e.task, 200) for e in data.episodes]
     head = [OPEN_TAG, COMPACT_NOTICE]

@@ -77,6 +77,15 @@ def unnumbered(line: str) -> str:
     return _STEP_NUMBER.sub("", line)
 
 
+_TOOL_CALL_LINE = re.compile(r"^[\w.:/-]{1,64}\(.*\)(?:\s*→.*)?$", re.S)
+
+
+def is_tool_call_line(line: str) -> bool:
+    """Whether a line is nothing but a tool call in the `name(key=value …) → outcome` form capture writes: it
+    records which tool ran, not what to do differently, so a small block for a small model leaves it out."""
+    return bool(_TOOL_CALL_LINE.match(unnumbered(line).strip()))
+
+
 def numbered_steps(procedure: str) -> list[str]:
     """The steps of a numbered procedure ("1. …\n2. …"), numbers and blank lines dropped."""
     return [unnumbered(line).strip() for line in procedure.splitlines() if line.strip()]

@@ -61,6 +61,19 @@ SOURCE_TRACES_PER_FEEDBACK: Final = 40
 EVIDENCE_CAP: Final = 20
 #: Tool names that write files: what they write is the attempt's output.
 _WRITES: Final = re.compile(r"write|save|create|put|dump|output|edit", re.IGNORECASE)
+
+
+def written_files(tool_input: Any) -> list[str]:
+    """The files a writing tool call wrote: the arguments that are a file name by themselves (`path=out.json`).
+    A file named inside a longer argument is what the written text is about — a script's `open('orders.csv')` —
+    and reading it as written made the task's input file look like its output, so lessons lost their subject.
+    A plain command string (`echo … > out.txt`) has no separate arguments: every file it names counts."""
+    if isinstance(tool_input, dict):
+        names = [v.strip().replace("\\", "/").rsplit("/", 1)[-1] for v in tool_input.values() if isinstance(v, str)]
+        return [name for name in names if FILE_NAME.fullmatch(name)]
+    return [m.group(0) for m in FILE_NAME.finditer(to_text(tool_input))]
+
+
 #: Experiences fetched by subject (identifiers, numbers) when looking for the one a lesson belongs to.
 SUBJECT_POOL: Final = 12
 
@@ -106,7 +119,7 @@ def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequen
             if name not in tools:
                 tools.append(name)
             if _WRITES.search(name):
-                written.extend(m.group(0) for m in FILE_NAME.finditer(to_text(call.get("input"))))
+                written.extend(written_files(call.get("input")))
             line = tool_signature(call, STEP_CHARS, results)
             target = failed if call_failed(call) else steps
             if line not in target:

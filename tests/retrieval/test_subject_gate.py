@@ -1,0 +1,82 @@
+"""Memories about other files stay out of a new task's recall, and the compact block keeps to lessons.
+
+The case pinned down: a task on a new subject ("from orders.csv … write answer.json") and an earlier task's
+memory about another file ("from greenhouse.csv … write answer.json") share only the answer file every task
+writes; that must not make them about one subject. (End to end: tests/lessons, the coding-agent run.)
+"""
+
+from __future__ import annotations
+
+from memos_bridge.retrieval.render import ExperienceSnippet, RenderInput, SkillSnippet, render_compact
+from memos_bridge.rules.text import is_tool_call_line
+
+
+def test_an_output_file_shared_with_a_request_about_other_files_does_not_tie_them() -> None:
+    from memos_bridge.retrieval.engine import _deciding_terms, _shared_output
+
+    # each side names a data file the other does not: the shared answer file is every task's output
+    assert _shared_output(["kingsmere_jobs.csv", "answer.json"], ["larchmont_snapshots.csv", "answer.json"]) == {
+        "answer.json"
+    }
+    # the memory's files are all the request's (or the other way round): the shared files are the subject
+    assert _shared_output(["kingsmere_jobs.csv"], ["kingsmere_jobs.csv", "answer.json"]) == set()
+    request = "Using larchmont_snapshots.csv, how many snapshots expire? Write answer.json."
+    terms = ["render_time", "kingsmere_jobs.csv", "answer.json"]
+    assert _deciding_terms(terms, request, frozenset()) == ["render_time", "kingsmere_jobs.csv"]
+    # a request about the same file keeps every term; a boilerplate file never decides
+    same = "Using kingsmere_jobs.csv, total the render_time. Write answer.json."
+    assert _deciding_terms(terms, same, frozenset()) == terms
+    assert _deciding_terms(terms, same, frozenset({"answer.json"})) == ["render_time", "kingsmere_jobs.csv"]
+
+
+def test_a_tool_call_line_is_recognised_by_its_shape() -> None:
+    assert is_tool_call_line("write_file(path=solve.py content=import json…) → ok")
+    assert is_tool_call_line("2. run_python(script=solve.py) → wrote answer.json")
+    assert not is_tool_call_line("Divide the amount by 100 (pence) before summing.")
+    assert not is_tool_call_line("Convert ml → litres by dividing by 1000.")
+
+
+def test_compact_block_shows_a_skills_lessons_not_the_request_it_succeeded_on() -> None:
+    skill = SkillSnippet(
+        ref_id="sk_1",
+        name="misting_totals",
+        guide="# Misting totals\n\ngreenhouse_misting.csv is the misting log. For the north zone, give the total.",
+        eta=0.6,
+        source_policy_ids=["po_1"],
+        preference=["Prefer: divide the water column by 1000 to get litres."],
+        anti_pattern=["Avoid: summing raw water values as litres."],
+    )
+    block = render_compact(RenderInput(query="total water of the south zone", skills=[skill]))
+    assert "divide the water column by 1000" in block
+    assert "Avoid: summing raw water values" in block
+    assert "north zone" not in block  # the summary is another task's request
+
+    # a skill with no lesson lines is shown by its summary only when nothing else was recalled
+    bare = SkillSnippet(ref_id="sk_2", name="misting", guide=skill.guide, eta=0.6)
+    assert "north zone" in render_compact(RenderInput(query="total water", skills=[bare]))
+    lesson = ExperienceSnippet(
+        ref_id="po_2",
+        experience_type="repair_instruction",
+        title="water is in millilitres",
+        trigger="",
+        procedure="1. The water column is in millilitres; divide by 1000.",
+        verification="",
+        boundary="",
+    )
+    with_lesson = render_compact(RenderInput(query="total water", skills=[bare], experiences=[lesson]))
+    assert "millilitres" in with_lesson and "north zone" not in with_lesson
+
+
+def test_compact_block_leaves_out_a_success_records_tool_call_steps() -> None:
+    record = ExperienceSnippet(
+        ref_id="po_3",
+        experience_type="success_pattern",
+        title="What worked on the misting totals",
+        trigger="",
+        procedure="1. write_file(path=solve.py content=import json…) → ok\n2. Filter the rows of zone north first.",
+        verification="",
+        boundary="",
+    )
+    block = render_compact(RenderInput(query="misting totals", experiences=[record]))
+    assert "Filter the rows of zone north first." in block
+    assert "write_file(" not in block
