@@ -24,6 +24,7 @@ from typing import Any
 from lessons.corpus import SPLITS, Family, load_corpus
 from lessons.evaluate import (
     RUN_STYLES,
+    SHAPES,
     Measures,
     RunResult,
     count_experiences,
@@ -153,6 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the scripted agent passes a task when every lesson it needs came back (verified success feedback), "
         "so families grow skills; measures whether lessons still come back once they do",
     )
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="files",
+        help="how the scripted agent works: files (reads the input, writes the answer file) or script (writes and "
+        "runs a script that reads the inputs, as a coding agent does)",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
@@ -166,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for style in args.style or RUN_STYLES:
             print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
             log = args.service_logs / f"{split}-{style}.log" if args.service_logs else None
-            result = run_service(families, style, learner=args.learner, env=env, keep_log=log)
+            result = run_service(families, style, learner=args.learner, shape=args.shape, env=env, keep_log=log)
             results.append(result)
             if args.show:
                 for rec in result.records:

@@ -333,9 +333,23 @@ def count_experiences(families: Sequence[Family], experiences: Iterable[dict[str
     return out
 
 
-def _reply(task: Task, answer_value: Any) -> tuple[list[dict[str, Any]], str]:
+#: How the scripted agent works: `files` reads the input and writes the answer file itself; `script` writes a
+#: Python script that reads the inputs and writes the answer, then runs it (what a coding agent does: the input
+#: files are named inside the script it wrote, and the answer file only in the run's output).
+SHAPES: tuple[str, ...] = ("files", "script")
+
+
+def _reply(task: Task, answer_value: Any, shape: str = "files") -> tuple[list[dict[str, Any]], str]:
     """The scripted agent's steps and reply: it writes `answer_value` and says what it found."""
     answer = json.dumps(answer_value, ensure_ascii=False)
+    if shape == "script":
+        reads = "\n".join(f"rows_{i} = list(csv.DictReader(open({name!r})))" for i, name in enumerate(task.files))
+        script = f"import csv, json\n{reads}\nresult = {{}}\njson.dump(result, open({task.output!r}, 'w'))\n"
+        calls = [
+            {"name": "write_file", "input": {"path": "solve.py", "content": script}, "output": "ok"},
+            {"name": "run_python", "input": {"script": "solve.py"}, "output": f"wrote {task.output}"},
+        ]
+        return calls, f"Done: wrote {task.output} with {answer}."
     calls = [
         {"name": "read_file", "input": {"path": task.files[0] if task.files else "input"}, "output": "(read)"},
         {"name": "write_file", "input": {"path": task.output, "content": answer}, "output": "ok"},
@@ -343,14 +357,14 @@ def _reply(task: Task, answer_value: Any) -> tuple[list[dict[str, Any]], str]:
     return calls, f"Done: wrote {task.output} with {answer}."
 
 
-def naive_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
+def naive_reply(task: Task, shape: str = "files") -> tuple[list[dict[str, Any]], str]:
     """The naive agent: it writes the naive answer."""
-    return _reply(task, task.naive)
+    return _reply(task, task.naive, shape)
 
 
-def expected_reply(task: Task) -> tuple[list[dict[str, Any]], str]:
+def expected_reply(task: Task, shape: str = "files") -> tuple[list[dict[str, Any]], str]:
     """A learning agent that applied the recalled lessons: it writes the expected answer."""
-    return _reply(task, task.expected)
+    return _reply(task, task.expected, shape)
 
 
 def success_params(task: Task, episode_id: str, trace_ids: list[str]) -> dict[str, Any]:
@@ -370,6 +384,7 @@ def run_service(
     run_style: str,
     *,
     learner: bool = False,
+    shape: str = "files",
     env: dict[str, str] | None = None,
     home: Path | None = None,
     progress: Callable[[str], None] | None = None,
@@ -381,7 +396,7 @@ def run_service(
     With `learner`, the scripted agent passes a task whose needed conventions were all taught earlier and
     all came back in its injection (it writes the expected answer and gets a verified "Correct."), as an
     agent that uses its memory would. Successes crystallise skills, so this measures whether lessons still
-    come back once a family has skills.
+    come back once a family has skills. `shape` is how the scripted agent works (`SHAPES`).
     """
     started = time.perf_counter()
     records: list[TaskRecord] = []
@@ -441,7 +456,7 @@ def run_service(
                         and set(task.needs) <= taught.get(family.name, set())
                         and (record.recalled == record.needed)
                     )
-                    calls, reply = expected_reply(task) if passes else naive_reply(task)
+                    calls, reply = expected_reply(task, shape) if passes else naive_reply(task, shape)
                     ended = client.call(
                         "turn.end",
                         {

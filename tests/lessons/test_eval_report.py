@@ -67,3 +67,24 @@ def test_lessons_keep_coming_back_once_successes_crystallise_skills() -> None:
     for record in result.records:  # no skill of another family is injected
         if record.family != "parcel_weights":
             assert "larkspur" not in record.injected.casefold(), record.injected
+
+
+def test_a_coding_agents_lessons_keep_their_subject_and_stay_with_it() -> None:
+    """The scripted agent works as a coding agent does: it writes a script that opens the input files and writes
+    the answer file, then runs it. The input files named inside the written script are not what it wrote (read
+    that way, lessons lost the files they were learnt on and kept only the answer file every task writes, so one
+    company's lessons reached every other company's tasks), and an output file two tasks share does not make
+    them about one subject. Dev families, first reproduced from an agent run of report families."""
+    families = load_corpus(
+        split="dev", names=["kingsmere_render", "larchmont_backups", "clinic_visits", "parcel_weights"]
+    )
+    result = run_service(families, "mixed", learner=True, shape="script")
+    totals = _totals(result)
+    assert totals.needed >= 12
+    assert totals.recall >= 0.8, totals.as_json()  # 0.67 when a script's input files counted as written
+    assert totals.unrelated_rate == 0, totals.as_json()  # 0.1 when a shared answer file tied two subjects
+    companies = {"kingsmere_render": "kingsmere", "larchmont_backups": "larchmont", "clinic_visits": "harbourside"}
+    for record in result.records:  # nothing of an earlier family reaches a later family's tasks
+        for family, name in companies.items():
+            if record.family != family:
+                assert name not in record.injected.casefold(), (record.task, record.injected)
