@@ -15,12 +15,12 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lessons.agent_eval import ARMS, AgentSettings, ArmRun, run_arm
-from lessons.corpus import SPLITS, load_corpus
+from lessons.agent_eval import ARMS, AgentSettings, ArmRun, Attempt, learnable, run_arm
+from lessons.corpus import SPLITS, Family, load_corpus
 from skillflow.runner import served_model
 
 
@@ -28,26 +28,53 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def summary(runs: Sequence[ArmRun]) -> dict[str, Any]:
-    tasks = len(runs[0].attempts) if runs else 0
-    rates = {run.arm: run.passed / tasks if tasks else 0.0 for run in runs}
-    out: dict[str, Any] = {"tasks": tasks, "passed": {run.arm: run.passed for run in runs}, "rates": rates}
+def _rates(runs: Sequence[ArmRun], keep: Callable[[Attempt], bool]) -> dict[str, Any]:
+    """Passes per arm over the attempts `keep` selects, with the two targets' figures when the arms are there."""
+    chosen = {run.arm: [a for a in run.attempts if keep(a)] for run in runs}
+    tasks = len(next(iter(chosen.values()))) if chosen else 0
+    rates = {arm: sum(a.passed for a in kept) / tasks if tasks else 0.0 for arm, kept in chosen.items()}
+    out: dict[str, Any] = {
+        "tasks": tasks,
+        "passed": {arm: sum(a.passed for a in kept) for arm, kept in chosen.items()},
+        "rates": rates,
+    }
     if {"none", "naive", "oracle"} <= set(rates):
         gain = rates["oracle"] - rates["none"]
         for arm, label in (("service", "service"), ("service-full", "serviceFull")):
             if arm in rates:
                 out[f"{label}MinusNaivePoints"] = round(100 * (rates[arm] - rates["naive"]), 1)
                 out[f"{label}ShareOfOracleGain"] = round((rates[arm] - rates["none"]) / gain, 3) if gain > 0 else None
-    families = sorted({a.family for run in runs for a in run.attempts})
+    return out
+
+
+def summary(runs: Sequence[ArmRun], families: Sequence[Family]) -> dict[str, Any]:
+    """Every task, and the learnable ones alone (an earlier task of the family taught what they need)."""
+    out = _rates(runs, lambda a: True)
+    taught = {(family.name, task) for family in families for task in learnable(family)}
+    out["learnable"] = _rates(runs, lambda a: (a.family, a.task) in taught)
+    names = sorted({a.family for run in runs for a in run.attempts})
     out["perFamily"] = {
-        family: {run.arm: sum(a.passed for a in run.attempts if a.family == family) for run in runs}
-        for family in families
+        name: {run.arm: sum(a.passed for a in run.attempts if a.family == name) for run in runs} for name in names
     }
     out["wallSeconds"] = {run.arm: run.wall_s for run in runs}
     out["meanMemoryChars"] = {
         run.arm: round(sum(a.memory_chars for a in run.attempts) / max(1, len(run.attempts))) for run in runs
     }
     return out
+
+
+def _recorded_arms(path: Path, have: set[str], families: Sequence[Family]) -> list[ArmRun]:
+    """The arms of an earlier run (its --out file) that this run did not run, on this run's families."""
+    names = {family.name for family in families}
+    runs: dict[str, ArmRun] = {}
+    for record in json.loads(path.read_text(encoding="utf-8"))["attempts"]:
+        if record["arm"] in have or record["family"] not in names:
+            continue
+        run = runs.setdefault(record["arm"], ArmRun(record["arm"]))
+        run.attempts.append(Attempt(**record))
+    for run in runs.values():
+        run.wall_s = round(sum(a.seconds for a in run.attempts), 1)
+    return list(runs.values())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--llm-serve", metavar="MODEL", help="start `memos-bridge llm serve --model MODEL` for the run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        help="add the arms not run now from an earlier --out file (same model, prompts and seed: none, naive and "
+        "oracle do not depend on the service, so a service change needs only the service arm re-run)",
+    )
+    parser.add_argument("--seed", type=int, default=AgentSettings.seed, help="the model's sampling seed")
+    parser.add_argument(
+        "--temperature", type=float, default=AgentSettings.temperature, help="first attempt's temperature"
+    )
     args = parser.parse_args(argv)
     families = load_corpus(split=args.split, names=args.family)
     if not families:
@@ -78,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"llm serve: {args.llm_serve} at {url}", file=sys.stderr, flush=True)
         if not url:
             raise SystemExit("give --llm-url or --llm-serve")
-        settings = AgentSettings(base_url=url)
+        settings = AgentSettings(base_url=url, seed=args.seed, temperature=args.temperature)
         runs: list[ArmRun] = []
         plan: list[tuple[str, str]] = []  # (arm, render)
         for arm in args.arm or ARMS:
@@ -94,7 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     attempt.arm = run.arm
             runs.append(run)
             print(f"{run.arm}: {run.passed}/{len(run.attempts)} passed ({run.wall_s:.0f} s)", flush=True)
-    result = summary(runs)
+    for path in args.baseline:
+        runs += _recorded_arms(path, {run.arm for run in runs}, families)
+    result = summary(runs, families)
     result["wallSecondsTotal"] = round(time.perf_counter() - began, 1)
     result["families"] = [f.name for f in families]
     result["render"] = args.render

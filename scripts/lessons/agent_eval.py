@@ -78,6 +78,7 @@ class Attempt:
     prompt_tokens: int
     completion_tokens: int
     seconds: float
+    script: str = ""
 
 
 def user_message(task: Task, data: Path, memory: str, settings: AgentSettings) -> str:
@@ -141,6 +142,19 @@ def solve(client: httpx.Client, task: Task, workspace: Path, memory: str, settin
                 {"role": "user", "content": outcome.feedback() + "\nReply with the whole corrected script."},
             ]
     return {"answer": answer, "error": error, "script": script, **notes}
+
+
+def learnable(family: Family) -> set[str]:
+    """The tasks whose every needed convention an earlier task of the family also needed: only there can a memory
+    of earlier feedback help (the oracle arm is given every task's lesson, the first ones included, which no memory
+    can match)."""
+    taught: set[str] = set()
+    out: set[str] = set()
+    for task in family.tasks:
+        if task.needs and set(task.needs) <= taught:
+            out.add(task.id)
+        taught.update(task.needs)
+    return out
 
 
 def _pasted(task: Task, style: str, passed: bool) -> str:
@@ -232,6 +246,7 @@ def run_arm(
                         trial["promptTokens"],
                         trial["completionTokens"],
                         round(seconds, 1),
+                        trial["script"],
                     )
                 )
                 pasted.append(_pasted(task, style, passed))
