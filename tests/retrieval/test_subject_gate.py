@@ -80,3 +80,15 @@ def test_compact_block_leaves_out_a_success_records_tool_call_steps() -> None:
     block = render_compact(RenderInput(query="misting totals", experiences=[record]))
     assert "Filter the rows of zone north first." in block
     assert "write_file(" not in block
+
+
+def test_files_a_write_call_or_a_run_reports_as_written() -> None:
+    from memos_bridge.core.learning.experiences.store import reported_written, written_files
+
+    script = {"path": "solve.py", "content": "import csv\nrows = list(csv.DictReader(open('orders.csv')))"}
+    assert written_files(script) == ["solve.py"]  # the file the script opens is read, not written
+    assert written_files({"file_path": "/work/out/answer.json"}) == ["answer.json"]
+    assert written_files("echo done > out.txt") == ["out.txt"]
+    assert reported_written("wrote answer.json") == ["answer.json"]
+    assert reported_written({"stdout": "created summary.md"}) == ["summary.md"]
+    assert reported_written("read orders.csv: 20 rows") == []

@@ -63,6 +63,19 @@ EVIDENCE_CAP: Final = 20
 _WRITES: Final = re.compile(r"write|save|create|put|dump|output|edit", re.IGNORECASE)
 
 
+#: "wrote answer.json", "saved to out.csv", "created report.md": a tool's report of a file it produced.
+_PRODUCED: Final = re.compile(
+    r"\b(?:wrote|written|saved|created|generated|exported)\b(?:\s+(?:to|into|as|file))?\s+$", re.I
+)
+
+
+def reported_written(tool_output: Any) -> list[str]:
+    """The files a successful tool call says it produced ("wrote answer.json"): a script that writes the answer
+    file names it only in its run's output, and that file says nothing about what a lesson is about."""
+    text = to_text(tool_output)[:4000]
+    return [m.group(0) for m in FILE_NAME.finditer(text) if _PRODUCED.search(text[max(0, m.start() - 30) : m.start()])]
+
+
 def written_files(tool_input: Any) -> list[str]:
     """The files a writing tool call wrote: the arguments that are a file name by themselves (`path=out.json`).
     A file named inside a longer argument is what the written text is about — a script's `open('orders.csv')` —
@@ -120,6 +133,8 @@ def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequen
                 tools.append(name)
             if _WRITES.search(name):
                 written.extend(written_files(call.get("input")))
+            if not call_failed(call):
+                written.extend(reported_written(call.get("output")))
             line = tool_signature(call, STEP_CHARS, results)
             target = failed if call_failed(call) else steps
             if line not in target:
