@@ -1,13 +1,21 @@
-"""Shared fixtures. In-process core: a real database and the real embedding model (loaded once per session)."""
+"""Shared fixtures. In-process core: a real database and the real embedding model (loaded once per session).
+
+PostgreSQL: one private server for the whole session (`postgres`, from `tests/postgres.py`), and a fresh
+database per test (`postgres_url`), copied from a migrated template database, which takes a fraction of a
+second where starting a server or migrating takes seconds. `backend_url` runs a test once on SQLite and once
+on PostgreSQL. Without `pgserver` the PostgreSQL variants are skipped, unless `MEMOS_BRIDGE_REQUIRE_POSTGRES=1`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import itertools
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import anyio
 import numpy as np
 import pytest
+from sqlalchemy import create_engine, make_url
 
 from memos_bridge.config import Settings, load_settings
 from memos_bridge.contract.errors import ErrorCode, MemosError
@@ -16,6 +24,9 @@ from memos_bridge.embedding.base import Embedder, EmbedderStatus, Role
 from memos_bridge.embedding.factory import create_embedder
 from memos_bridge.llm.host import NoLLM
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.engine import create_db_engine
+from memos_bridge.storage.migrations import migrate
+from tests.postgres import postgres_server
 
 
 @pytest.fixture
@@ -82,3 +93,78 @@ async def core_factory(tmp_path: Path, real_embedder: Embedder) -> AsyncIterator
     yield make
     for core in made:
         core.db.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+class PostgresDatabases:
+    """Databases on one running server: `create()` a fresh one, `drop(url)` it again."""
+
+    TEMPLATE = "memos_template"
+
+    def __init__(self, server_url: str) -> None:
+        self.server_url = server_url
+        self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+        self._numbers = itertools.count(1)
+        self._template_ready = False
+
+    def url(self, database: str) -> str:
+        return make_url(self.server_url).set(database=database).render_as_string(hide_password=False)
+
+    def _prepare_template(self) -> None:
+        """A database migrated to this build's schema, copied by `create` (no connection may stay open on it)."""
+        with self._admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {self.TEMPLATE}")
+        engine = create_db_engine(self.url(self.TEMPLATE), busy_timeout_ms=5000)
+        try:
+            migrate(engine)
+        finally:
+            engine.dispose()
+        self._template_ready = True
+
+    def create(self, *, migrated: bool = True) -> str:
+        """A new, empty database (with this build's schema when `migrated`); returns its SQLAlchemy URL."""
+        if migrated and not self._template_ready:
+            self._prepare_template()
+        name = f"memos_t{next(self._numbers)}"
+        template = self.TEMPLATE if migrated else "template0"
+        with self._admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name} TEMPLATE {template}")
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        """Drop a database made by `create`, closing any connection still open on it."""
+        with self._admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {make_url(url).database} WITH (FORCE)")
+
+    def close(self) -> None:
+        self._admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresDatabases]:
+    """The session's PostgreSQL server (skipped without pgserver unless MEMOS_BRIDGE_REQUIRE_POSTGRES=1)."""
+    with postgres_server(tmp_path_factory.mktemp("pg")) as url:
+        databases = PostgresDatabases(url)
+        try:
+            yield databases
+        finally:
+            databases.close()
+
+
+@pytest.fixture
+def postgres_url(postgres: PostgresDatabases) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for one test."""
+    url = postgres.create()
+    yield url
+    postgres.drop(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test's database: a SQLite file, then (second run) a fresh migrated PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'memos.db'}"
+    return str(request.getfixturevalue("postgres_url"))

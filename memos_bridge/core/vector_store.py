@@ -1,38 +1,49 @@
-"""The in-memory vector indexes of the service, one per (kind, vector field).
+"""The service's vector search: one interface, two implementations, chosen once per database.
 
-Each index is loaded from the database on first use (streamed once, never a per-query table scan) and
-then kept current as rows are inserted, updated or archived, so a query is one matrix product with a
-vectorised namespace mask. Loading happens in a worker thread and only once per index, even when several
-turns race to be first.
+`VectorStore(db, dim)` is what the rest of the service holds. It picks its backend when it is made (or at
+first use, if the database was not open yet) from the database's dialect:
+
+* `MemoryVectors` — SQLite, and PostgreSQL without pgvector: one in-memory index per (kind, vector field)
+  (`storage/vectors.py`), loaded from the BLOB columns on first use (streamed once, never a per-query table
+  scan) and then kept current as rows are inserted, updated or archived (`upsert` / `remove`), so a query is
+  one matrix product with a vectorised namespace mask. Loading happens in a worker thread and only once per
+  index, even when several turns race to be first. Another process writing the same database is not seen
+  until the indexes are reloaded (`invalidate`);
+* `DatabaseVectors` — PostgreSQL with pgvector: the database holds and searches the vectors (HNSW indexes,
+  namespace predicate in SQL; `storage/pg_vectors.py`). Triggers derive the `vector` columns from the BLOBs,
+  so `upsert`, `remove` and `invalidate` have nothing to do, nothing is loaded, and every service on the
+  database finds what any of them wrote.
+
+Both answer the same calls with the same meaning: cosine similarity scores, live rows only, the caller's
+namespace plus shared rows. `stored_vectors` reads vectors inside a caller's read transaction (retrieval
+fetches them in the same worker-thread hop as the candidates' rows); `vectors_of` is its stand-alone form.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from memos_bridge.storage import repos
+from memos_bridge.storage import pg_vectors, repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.owner import OwnerFilter, OwnerKey
-from memos_bridge.storage.vectors import VectorIndex, from_blob
+from memos_bridge.storage.vectors import VECTOR_FIELDS, VectorIndex, from_blob
 
 log = logging.getLogger(__name__)
 
-FIELDS: dict[str, tuple[str, ...]] = {
-    "trace": ("vec_summary", "vec_action"),
-    "policy": ("vec",),
-    "skill": ("vec",),
-    "world_model": ("vec",),
-    "memory": ("vec",),
-}
+FIELDS: dict[str, tuple[str, ...]] = VECTOR_FIELDS
 TRACE_FIELDS = FIELDS["trace"]
+
+Hits = list[tuple[str, float]]
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,36 @@ class VectorJob:
     own_owner: bool = False
 
 
-class VectorStore:
+class VectorBackend(Protocol):
+    """What the service asks of a vector search backend (see the module docstring)."""
+
+    dim: int
+    in_database: bool
+
+    async def load_all(self) -> None: ...
+
+    def upsert(self, kind: str, row: Any) -> None: ...
+
+    def remove(self, kind: str, row_id: str) -> None: ...
+
+    async def search(
+        self, kind: str, field: str, query: Any, k: int, owner: OwnerFilter | None, min_score: float | None = None
+    ) -> Hits: ...
+
+    async def search_many(self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None) -> list[Hits]: ...
+
+    def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]: ...
+
+    def stored_vectors(self, db: Session, kind: str, field: str, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def invalidate(self) -> None: ...
+
+
+class MemoryVectors:
+    """In-memory indexes loaded from the database (SQLite, or PostgreSQL without pgvector)."""
+
+    in_database = False
+
     def __init__(self, db: Database, dim: int) -> None:
         self._db = db
         self.dim = dim
@@ -110,23 +150,21 @@ class VectorStore:
         self,
         kind: str,
         field: str,
-        query: np.ndarray,
+        query: Any,
         k: int,
         owner: OwnerFilter | None,
         min_score: float | None = None,
-    ) -> list[tuple[str, float]]:
+    ) -> Hits:
         index = await self.ensure_loaded(kind, field)
         return index.search(query, k, owner, min_score=min_score)
 
-    async def search_many(
-        self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None
-    ) -> list[list[tuple[str, float]]]:
+    async def search_many(self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None) -> list[Hits]:
         """Several searches with one query vector, in ONE worker-thread hop: a matrix product over 100k
         rows takes milliseconds, which must not stall the event loop, and a hop per index costs more than
         the small indexes' searches themselves."""
         indexes = [await self.ensure_loaded(job.kind, job.field) for job in jobs]
 
-        def run() -> list[list[tuple[str, float]]]:
+        def run() -> list[Hits]:
             return [
                 index.search(query, job.k, job.owner if job.own_owner else owner, min_score=job.min_score)
                 for index, job in zip(indexes, jobs, strict=True)
@@ -139,7 +177,160 @@ class VectorStore:
         index = self._indexes[(kind, field)]
         return {i: v for i in ids if (v := index.get(i)) is not None}
 
+    def stored_vectors(self, db: Session, kind: str, field: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """`vectors_of` from a worker thread (the indexes lock themselves); the session is not needed."""
+        return self.vectors_of(kind, field, list(ids))
+
     def invalidate(self) -> None:
         """Forget the loaded indexes (e.g. after bulk visibility changes); the next search reloads."""
         self._indexes = {(kind, field): VectorIndex(self.dim) for kind, fields in FIELDS.items() for field in fields}
         self._loaded.clear()
+
+
+class DatabaseVectors:
+    """Vectors searched by PostgreSQL with pgvector; the service keeps no copy."""
+
+    in_database = True
+
+    def __init__(self, db: Database, dim: int) -> None:
+        self._db = db
+        self.dim = dim
+
+    def _query(self, query: Any) -> np.ndarray:
+        """The query as a float32 vector of this store's dimension (ValueError otherwise, like the index)."""
+        vec = from_blob(query, self.dim) if isinstance(query, bytes) else np.asarray(query, dtype=np.float32)
+        if vec.shape != (self.dim,):
+            raise ValueError(f"expected a vector of shape ({self.dim},), got {vec.shape}")
+        if not np.isfinite(vec).all():
+            raise ValueError("vector contains NaN or infinity")
+        return vec
+
+    async def load_all(self) -> None:
+        """Nothing to load: the database holds the vectors."""
+
+    def upsert(self, kind: str, row: Any) -> None:
+        """Nothing to do: a trigger derived the vector column from the BLOB the row was written with."""
+
+    def remove(self, kind: str, row_id: str) -> None:
+        """Nothing to do: a deleted or archived row is out of every search at once."""
+
+    def invalidate(self) -> None:
+        """Nothing to do: there is no copy to go stale."""
+
+    async def search(
+        self,
+        kind: str,
+        field: str,
+        query: Any,
+        k: int,
+        owner: OwnerFilter | None,
+        min_score: float | None = None,
+    ) -> Hits:
+        vec = self._query(query)
+
+        def run(db: Session) -> Hits:
+            pg_vectors.set_ef_search(db, k)
+            return pg_vectors.search(db, kind, field, vec, k, owner, dim=self.dim, min_score=min_score)
+
+        return await self._db.read(run)
+
+    async def search_many(self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None) -> list[Hits]:
+        """Every search of a batch in one read transaction (one worker-thread hop)."""
+        vec = self._query(query)
+
+        def run(db: Session) -> list[Hits]:
+            pg_vectors.set_ef_search(db, max((job.k for job in jobs), default=1))
+            return [
+                pg_vectors.search(
+                    db,
+                    job.kind,
+                    job.field,
+                    vec,
+                    job.k,
+                    job.owner if job.own_owner else owner,
+                    dim=self.dim,
+                    min_score=job.min_score,
+                )
+                for job in jobs
+            ]
+
+        return await self._db.read(run, abandon_on_cancel=True)
+
+    def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """A small keyed read on the calling thread; code on the event loop should prefer `stored_vectors`
+        inside a read it makes anyway."""
+        return self._db.read_sync(lambda db: self.stored_vectors(db, kind, field, ids))
+
+    def stored_vectors(self, db: Session, kind: str, field: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return dict(pg_vectors.stored_vectors(db, kind, field, ids, self.dim))
+
+
+def choose_backend(db: Database, dim: int) -> VectorBackend:
+    """pgvector when the database is PostgreSQL and can serve it (`pg_vectors.prepare`), else in memory."""
+    if db.engine.dialect.name == "postgresql":
+        try:
+            with db.engine.begin() as conn:
+                in_database = pg_vectors.prepare(conn, dim)
+        except SQLAlchemyError:
+            log.exception("pgvector set-up failed; vectors are searched in the in-memory index")
+            in_database = False
+        if in_database:
+            log.info("vectors are searched by PostgreSQL (pgvector HNSW, dimension %d)", dim)
+            return DatabaseVectors(db, dim)
+        log.warning("PostgreSQL without pgvector: vectors are searched in the service's in-memory index")
+    return MemoryVectors(db, dim)
+
+
+class VectorStore:
+    """The service's vector search; its backend is chosen once, from the database (see the module docstring)."""
+
+    def __init__(self, db: Database, dim: int) -> None:
+        self._db = db
+        self.dim = dim
+        self._backend: VectorBackend | None = None
+        if db.is_open:
+            self._backend = choose_backend(db, dim)
+
+    @property
+    def backend(self) -> VectorBackend:
+        if self._backend is None:  # made before the database was opened: choose now (raises if still closed)
+            self._backend = choose_backend(self._db, self.dim)
+        return self._backend
+
+    @property
+    def in_database(self) -> bool:
+        """Whether the database searches the vectors (PostgreSQL with pgvector)."""
+        return self.backend.in_database
+
+    async def load_all(self) -> None:
+        await self.backend.load_all()
+
+    def upsert(self, kind: str, row: Any) -> None:
+        self.backend.upsert(kind, row)
+
+    def remove(self, kind: str, row_id: str) -> None:
+        self.backend.remove(kind, row_id)
+
+    async def search(
+        self,
+        kind: str,
+        field: str,
+        query: Any,
+        k: int,
+        owner: OwnerFilter | None,
+        min_score: float | None = None,
+    ) -> Hits:
+        return await self.backend.search(kind, field, query, k, owner, min_score)
+
+    async def search_many(self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None) -> list[Hits]:
+        return await self.backend.search_many(jobs, query, owner)
+
+    def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]:
+        return self.backend.vectors_of(kind, field, ids)
+
+    def stored_vectors(self, db: Session, kind: str, field: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.backend.stored_vectors(db, kind, field, ids)
+
+    def invalidate(self) -> None:
+        if self._backend is not None:
+            self._backend.invalidate()

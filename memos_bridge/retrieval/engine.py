@@ -2,9 +2,10 @@
 
 Tiers: T1 skills; T2 traces, episode roll-ups ("similar past tasks") and experiences (policies of every
 type); T3 world models. Each entry point has a plan (which tiers, how many per tier). For every tier the
-channels run concurrently: vector (traces: summary and action vectors; others: one vector), FTS5 word
-and trigram, pattern (LIKE, for 2-character words and CJK bigrams), exact identifiers, and, for traces,
-structural error-signature match. Everything is filtered by the caller's namespace inside each channel.
+channels run concurrently: vector (traces: summary and action vectors; others: one vector), full-text word
+and trigram (SQLite FTS5; PostgreSQL tsvector and 3-gram indexes), pattern (LIKE, for 2-character words and
+CJK bigrams), exact identifiers, and, for traces, structural error-signature match. Everything is filtered by
+the caller's namespace inside each channel.
 
 Candidates are fused and ranked in `fusion.py`, hydrated from the database (eligibility: archived rows
 never, candidate/active policies, skills above the reliability floor, active world models), turned into
@@ -252,6 +253,8 @@ class _Loaded:
     guidance: list[Any]
     # the steps each candidate experience, and each candidate skill's source policy, was distilled from
     sources: dict[str, list[str]] = field(default_factory=dict)
+    # the summary vector of each roll-up episode's first step (its goal), by trace id
+    goals: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -561,8 +564,7 @@ class Retriever:
                 db, found, owner, visible, plan, keywords, rollups=query_vec is not None, request=text
             )
         )
-        candidates = self._with_vectors(loaded.candidates)
-        candidates = self._roll_up_episodes(candidates, loaded.steps, query_vec)
+        candidates = self._roll_up_episodes(loaded.candidates, loaded.steps, query_vec, loaded.goals)
         rrf_k = self._settings.rrf_k
         stats.candidates = len(candidates)
         funnel = dto.RetrievalFunnelDTO(channels=channel_counts(found), candidates=len(candidates))
@@ -679,7 +681,8 @@ class Retriever:
         """Everything ranking needs from the database, in ONE worker-thread hop (a hop and a read transaction
         cost about what each of these reads costs): the candidates' rows, the corrections that supersede
         them, the steps of the past tasks that may become roll-ups and the decision guidance of policies
-        linked to the candidate steps (ranking then keeps the guidance of the steps it picks)."""
+        linked to the candidate steps (ranking then keeps the guidance of the steps it picks), and the stored
+        vectors of the candidates and of the roll-ups' goals."""
         links: list[tuple[str, str, str]] = []
         candidates = self._hydrate_sync(db, found, owner, visible, plan, links)
         candidates = self._follow_supersedes_sync(db, candidates, links, owner, visible, plan)
@@ -694,7 +697,10 @@ class Retriever:
             for policy_id in c.payload.source_policy_ids
         ]
         sources = hotpath.policy_source_traces(db, distilled) if trace_ids and distilled else {}
-        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner), sources)
+        candidates = self._with_vectors(db, candidates)
+        goal_ids = [rows[0].id for rows in steps.values() if rows]
+        goals = self._vectors.stored_vectors(db, "trace", "vec_summary", goal_ids) if goal_ids else {}
+        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner), sources, goals)
 
     def _hydrate_sync(
         self,
@@ -729,15 +735,15 @@ class Retriever:
                 kept.append(cand)
         return kept
 
-    def _with_vectors(self, candidates: list[Candidate]) -> list[Candidate]:
-        """Attach each candidate's stored vector (for MMR redundancy) from the in-memory indexes (event loop
-        thread: the indexes are updated there)."""
+    def _with_vectors(self, db: Session, candidates: list[Candidate]) -> list[Candidate]:
+        """Attach each candidate's stored vector (for MMR redundancy): from the in-memory indexes, or read in
+        this transaction where the database holds the vectors (PostgreSQL with pgvector)."""
         by_kind: dict[str, list[Candidate]] = {}
         for cand in candidates:
             by_kind.setdefault(_storage_kind(cand.kind), []).append(cand)
         for kind, group in by_kind.items():
-            stored = self._vectors.vectors_of(
-                kind, "vec_summary" if kind == "trace" else "vec", [c.ref_id for c in group]
+            stored = self._vectors.stored_vectors(
+                db, kind, "vec_summary" if kind == "trace" else "vec", [c.ref_id for c in group]
             )
             for cand in group:
                 cand.vector = stored.get(cand.ref_id)
@@ -931,7 +937,11 @@ class Retriever:
         return best_first[:MAX_ROLLUPS]
 
     def _roll_up_episodes(
-        self, candidates: list[Candidate], steps: dict[str, list[Any]], query_vec: np.ndarray | None
+        self,
+        candidates: list[Candidate],
+        steps: dict[str, list[Any]],
+        query_vec: np.ndarray | None,
+        goals: dict[str, np.ndarray],
     ) -> list[Candidate]:
         """A past task whose goal matches the request, with several matching steps, also competes as one
         "similar past task" (its ordered step list; `steps` holds those of `_rollup_episodes`).
@@ -949,7 +959,6 @@ class Retriever:
         for cand in candidates:
             if cand.kind == "trace" and cand.episode_id in steps:
                 members_of.setdefault(cand.episode_id, []).append(cand)
-        goals = self._vectors.vectors_of("trace", "vec_summary", [rows[0].id for rows in steps.values() if rows])
         rolled: dict[str, Candidate] = {}
         for episode, members in members_of.items():
             trace_rows = steps.get(episode, [])

@@ -1,4 +1,4 @@
-"""Engine construction: the only place that knows SQLite connection details.
+"""Engine construction: the only place that knows SQLite connection details (and what serves the home).
 
 The URL is configurable (`StorageSettings.url`) so another database can be plugged in later; everything
 SQLite-specific here is guarded by the dialect:
@@ -14,6 +14,9 @@ SQLite-specific here is guarded by the dialect:
   run in a transaction (VACUUM) use `conn.execution_options(isolation_level="AUTOCOMMIT")`, for which no
   BEGIN is emitted; the driver-level setting SQLAlchemy restores on check-in is undone at checkout;
 * JSON is serialised with `ensure_ascii=False` so CJK text inside JSON columns stays searchable by FTS.
+
+`backend_info` reports which database serves the home and what runs inside it (full-text search; on
+PostgreSQL, pgvector) for `core.health` and `doctor`.
 """
 
 from __future__ import annotations
@@ -134,7 +137,12 @@ def fts5_available(engine: Engine) -> bool:
 
 def backend_info(engine: Engine) -> dict[str, str | bool | None]:
     """Which database serves the home: dialect, server version, whether full-text search runs in it, and the
-    vector extension's version (None: the service's in-memory vector index is used)."""
+    vector extension's version when the database searches the vectors (None: the service's in-memory vector
+    index is used).
+
+    On PostgreSQL full text counts once every searchable kind has its tsvector GIN index (migration 8), and
+    pgvector once the extension is installed and every vector column has its `vector` twin: an installed
+    but unused extension is not reported, because the service then searches in memory."""
     if is_sqlite(engine):
         return {
             "dialect": "sqlite",
@@ -142,12 +150,18 @@ def backend_info(engine: Engine) -> dict[str, str | bool | None]:
             "full_text": fts5_available(engine),
             "vector_extension": None,
         }
+    # Imported here: they load the ORM models and numpy, which creating an engine does not need.
+    from memos_bridge.storage import pg_search, pg_vectors
+    from memos_bridge.storage.fts import FTS_SPECS
+
     with engine.connect() as conn:
         version = str(conn.exec_driver_sql("SHOW server_version").scalar() or "")
-        vector = conn.exec_driver_sql("SELECT extversion FROM pg_extension WHERE extname = 'vector'").scalar()
+        postgres = engine.dialect.name == "postgresql"
+        full_text = postgres and pg_search.full_text_ready(conn, list(FTS_SPECS.values()))
+        vector = pg_vectors.extension_version(conn) if postgres and pg_vectors.ready(conn) else None
     return {
         "dialect": engine.dialect.name,
         "server_version": version,
-        "full_text": False,
-        "vector_extension": None if vector is None else str(vector),
+        "full_text": full_text,
+        "vector_extension": vector,
     }

@@ -1,7 +1,10 @@
-"""Full-text search over traces, policies, world models and skills (SQLite FTS5).
+"""Full-text search over traces, policies, world models, skills and memories, in the database.
 
-Each searchable kind has two FTS5 *external-content* tables over its base table, keyed by the integer
-`rid` column (see `models.SearchableMixin`), so the text is stored once:
+The functions here (`fts_search`, `pattern_search`, `create_fts`, `rebuild_fts`, `fts_integrity_errors`)
+are the same on both backends; what serves them depends on the dialect.
+
+SQLite (FTS5). Each searchable kind has two FTS5 *external-content* tables over its base table, keyed by the
+integer `rid` column (see `models.SearchableMixin`), so the text is stored once:
 
 * `<table>_fts_tri`  (`tokenize='trigram'`): substring matching, identifiers, CJK text of ≥ 3 characters;
 * `<table>_fts_word` (`tokenize='porter unicode61 remove_diacritics 2'`): stemmed English words, for
@@ -11,12 +14,17 @@ Triggers keep both in sync on INSERT, DELETE and UPDATE OF the indexed columns, 
 'delete' idiom (the old values must be given back to remove their tokens). The DDL is created by migration
 2 (`migrations.py`), never by metadata events, and `rebuild_fts` back-fills rows that predate it.
 
-Queries never pass user text to MATCH as syntax: every term is quoted (double quotes doubled) and the
-terms are OR-ed, so no input can raise an FTS5 syntax error. Terms shorter than 3 characters cannot match
-a trigram index; `pattern_search` covers them (2-character words, CJK bigrams) with an escaped LIKE scan.
+PostgreSQL (`pg_search.py`, created by migration 8). A side table `<table>_search` per kind holds a weighted
+`tsvector` (the "word" tokenizer's twin: english stemming, a GIN index) and an array of the text's character
+3-grams with a GIN index (the "trigram" tokenizer's twin: substrings, identifiers, CJK), kept current by a
+trigger on the base table. Scores follow the same contract: higher is better, positive, comparable within
+one query.
 
-Only SQLite is supported for now: on any other dialect the search helpers return [] and the DDL helpers do
-nothing (PostgreSQL full-text search can be added behind the same functions later).
+Queries never pass user text as query syntax: on SQLite every term is quoted (double quotes doubled) and
+the terms are OR-ed, so no input can raise an FTS5 syntax error; on PostgreSQL each term goes through
+`phraseto_tsquery` or is compared as a plain string. Terms shorter than 3 characters cannot match a
+trigram index; `pattern_search` covers them (2-character words, CJK bigrams) with an escaped LIKE scan
+(ILIKE on PostgreSQL). Other dialects get [] from the search helpers and nothing from the DDL helpers.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import TextClause
 
+from memos_bridge.storage import pg_search
 from memos_bridge.storage.models import MemoryRow, PolicyRow, SearchableMixin, SkillRow, TraceRow, WorldModelRow
 from memos_bridge.storage.owner import OwnerFilter
 
@@ -60,11 +69,22 @@ TRIGRAM_MIN_CHARS = 3
 
 @dataclass(frozen=True)
 class FtsSpec:
-    """How one searchable kind is indexed."""
+    """How one searchable kind is indexed.
+
+    `weights` gives each column's PostgreSQL tsvector weight, one letter per column: A for what names the row
+    (a title, a skill's name, a step's one-line summary), B for what summarises it (a trigger, the user's
+    request, tags), C for bodies (procedures, replies, guides). `ts_rank` counts an A match 5 times a C
+    match. FTS5's bm25 weighs every column alike.
+    """
 
     kind: FtsKind
     model: type[SearchableMixin]
     columns: tuple[str, ...]
+    weights: str
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(self.columns) or set(self.weights) - set("ABCD"):
+            raise ValueError(f"{self.kind}: one weight (A-D) per column")
 
     @property
     def base_table(self) -> Table:
@@ -79,15 +99,16 @@ class FtsSpec:
 FTS_SPECS: dict[FtsKind, FtsSpec] = {
     spec.kind: spec
     for spec in (
-        FtsSpec("trace", TraceRow, ("user_text", "agent_text", "summary", "reflection", "tags_json")),
+        FtsSpec("trace", TraceRow, ("user_text", "agent_text", "summary", "reflection", "tags_json"), "BCABB"),
         FtsSpec(
             "policy",
             PolicyRow,
             ("title", "trigger", "procedure", "verification", "boundary", "decision_guidance_json"),
+            "ABCCCB",
         ),
-        FtsSpec("world_model", WorldModelRow, ("title", "body", "domain_tags_json")),
-        FtsSpec("skill", SkillRow, ("name", "invocation_guide")),
-        FtsSpec("memory", MemoryRow, ("content", "tags_json")),
+        FtsSpec("world_model", WorldModelRow, ("title", "body", "domain_tags_json"), "ACB"),
+        FtsSpec("skill", SkillRow, ("name", "invocation_guide"), "AC"),
+        FtsSpec("memory", MemoryRow, ("content", "tags_json"), "BA"),
     )
 }
 
@@ -127,7 +148,11 @@ def fts_table_names() -> list[str]:
 
 
 def create_fts(conn: Connection) -> None:
-    """Create every FTS table and trigger that does not exist yet (SQLite only)."""
+    """Create every full-text index and trigger that does not exist yet (SQLite FTS5 tables; on PostgreSQL
+    the derived columns, their triggers and GIN indexes, back-filled)."""
+    if conn.dialect.name == "postgresql":
+        pg_search.create(conn, list(FTS_SPECS.values()))
+        return
     if conn.dialect.name != "sqlite":
         return
     for spec in FTS_SPECS.values():
@@ -138,6 +163,9 @@ def create_fts(conn: Connection) -> None:
 
 def rebuild_fts(conn: Connection) -> None:
     """Re-read every base table into its FTS indexes: back-fill after creation, or repair after drift."""
+    if conn.dialect.name == "postgresql":
+        pg_search.rebuild(conn, list(FTS_SPECS.values()))
+        return
     if conn.dialect.name != "sqlite":
         return
     for name in fts_table_names():
@@ -148,8 +176,11 @@ def fts_integrity_errors(conn: Connection) -> list[str]:
     """Names of FTS tables whose index disagrees with their base table ([] when all agree; for `doctor`).
 
     Uses FTS5 'integrity-check' with rank 1, which also compares the index with the external content.
-    The check runs in a savepoint so a failure does not abort the caller's transaction.
+    The check runs in a savepoint so a failure does not abort the caller's transaction. On PostgreSQL each
+    row's derived columns are recomputed and compared (`<table>.search` names a kind that disagrees).
     """
+    if conn.dialect.name == "postgresql":
+        return pg_search.integrity_errors(conn, list(FTS_SPECS.values()))
     if conn.dialect.name != "sqlite":
         return []
     bad: list[str] = []
@@ -223,8 +254,8 @@ def match_expression(terms: Iterable[str], tokenizer: Tokenizer) -> str | None:
 # Search
 
 
-def _is_sqlite(session: Session) -> bool:
-    return session.get_bind().dialect.name == "sqlite"
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
 
 
 INNER_FACTOR = 5
@@ -245,19 +276,22 @@ def fts_search(
 ) -> list[tuple[str, float]]:
     """Ranked full-text matches of `query_text`: [(row id, score)], best first.
 
-    The score is −bm25 (higher is better; only comparable within one query and tokenizer). Rows outside
-    the owner's namespace (unless shared; `owner=None` = no filter) and archived rows are excluded.
-    Returns [] on non-SQLite.
+    The score is −bm25 on SQLite, a BM25-style sum on PostgreSQL (`pg_search`); either way higher is better
+    and scores are only comparable within one query and tokenizer. Rows outside the owner's namespace (unless
+    shared; `owner=None` = no filter) and archived rows are excluded. Returns [] on other databases.
 
     Why two steps: joining the base table for *every* match before ranking cost 2–6 ms for common words at
     10k traces (a B-tree lookup per match); ranking inside the index first and joining only the best few
     halves that. A namespace that owns few of the top matches falls back to the exhaustive form.
     """
-    if limit <= 0 or not _is_sqlite(session):
+    dialect = _dialect(session)
+    if limit <= 0 or dialect not in ("sqlite", "postgresql"):
         return []
     terms = query_terms(query_text)
     if tokenizer == "word":
         terms = COMMON_TERMS.prune(session, kind, terms)
+    if dialect == "postgresql":
+        return _pg_search(session, kind, terms, owner, tokenizer, limit)
     expr = match_expression(terms, tokenizer)
     if expr is None:
         return []
@@ -277,6 +311,20 @@ def fts_search(
     ):
         top = session.execute(_fts_statement(kind, tokenizer, owner_sql, exhaustive=True), params).all()
     return [(str(row_id), -float(score)) for row_id, score in top]
+
+
+def _pg_search(
+    session: Session, kind: FtsKind, terms: list[str], owner: OwnerFilter | None, tokenizer: Tokenizer, limit: int
+) -> list[tuple[str, float]]:
+    """The PostgreSQL form of `fts_search`: one statement ranks every match (no index-first step is needed,
+    the GIN index and the namespace predicate are on the same table)."""
+    usable = [t for t in terms if _usable(t, tokenizer)]
+    if not usable:
+        return []
+    spec = FTS_SPECS[kind]
+    rows = COMMON_TERMS.rows(session, kind)  # for the idf only: the statement also reads the planner's estimate
+    search = pg_search.word_search if tokenizer == "word" else pg_search.trigram_search
+    return search(session, spec, usable, owner, rows=rows, limit=limit)
 
 
 class CommonTerms:
@@ -334,11 +382,14 @@ class CommonTerms:
             return terms
         ceiling = int(rows * self.share)
         probe = text(f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH :term LIMIT :cap)")
+        postgres = _dialect(session) == "postgresql"
 
         def count(term: str) -> int:
             quoted = match_expression([term], "word")
             if quoted is None:
                 return 0
+            if postgres:
+                return pg_search.term_frequency(session, spec, term, ceiling + 1)
             return int(session.execute(probe, {"term": quoted, "cap": ceiling + 1}).scalar_one())
 
         frequency = {
@@ -397,9 +448,11 @@ def pattern_search(
 
     Score is the share of distinct terms found in any indexed column (1.0 = all), best first; ties go to
     the newest row. `%` and `_` in terms match literally. A scan, so callers should keep it for short
-    terms. Returns [] on non-SQLite.
+    terms. SQLite's LIKE ignores the case of ASCII letters only, PostgreSQL's ILIKE of every letter.
+    Returns [] on other databases.
     """
-    if limit <= 0 or not _is_sqlite(session):
+    dialect = _dialect(session)
+    if limit <= 0 or dialect not in ("sqlite", "postgresql"):
         return []
     wanted = _distinct(_clean(t).strip() for t in terms)
     if not wanted:
@@ -411,21 +464,23 @@ def pattern_search(
         owner_sql, owner_params = owner.sql("b", shareable=True)
         params.update(owner_params)
     total = float(len(wanted))
-    rows = session.execute(_pattern_statement(kind, len(wanted), owner_sql), params)
+    like = "ILIKE" if dialect == "postgresql" else "LIKE"
+    rows = session.execute(_pattern_statement(kind, len(wanted), owner_sql, like), params)
     return [(str(row_id), int(count) / total) for row_id, count in rows]
 
 
 @functools.cache
-def _pattern_statement(kind: FtsKind, n_terms: int, owner_sql: str) -> TextClause:
+def _pattern_statement(kind: FtsKind, n_terms: int, owner_sql: str, like: str = "LIKE") -> TextClause:
     """Count, per row, how many of the n LIKE patterns any indexed column contains (cached per shape)."""
     spec = FTS_SPECS[kind]
     cols = [f"CAST(b.{_q(name)} AS TEXT)" for name in spec.columns]
     hits = " + ".join(
-        "(CASE WHEN " + " OR ".join(f"{col} LIKE :t{i} ESCAPE '\\'" for col in cols) + " THEN 1 ELSE 0 END)"
+        "(CASE WHEN " + " OR ".join(f"{col} {like} :t{i} ESCAPE '\\'" for col in cols) + " THEN 1 ELSE 0 END)"
         for i in range(n_terms)
     )
     base = _q(spec.base_table.name)
     return text(
         f"SELECT id, matched FROM (SELECT b.id AS id, b.rid AS rid, {hits} AS matched FROM {base} AS b "
-        f"WHERE b.archived_at IS NULL AND {owner_sql}) WHERE matched > 0 ORDER BY matched DESC, rid DESC LIMIT :limit"
+        f"WHERE b.archived_at IS NULL AND {owner_sql}) AS p WHERE matched > 0 "
+        "ORDER BY matched DESC, rid DESC LIMIT :limit"
     )

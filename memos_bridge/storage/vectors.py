@@ -1,9 +1,11 @@
-"""In-memory brute-force vector index (cosine similarity with numpy).
+"""In-memory brute-force vector index (cosine similarity with numpy), and the vector BLOB format.
 
-Vectors live once in the database, as little-endian float32 BLOBs (`to_blob` / `from_blob`). At start the
-service loads them into one contiguous float32 matrix and keeps it current with `upsert` / `remove` as rows
-change. A matrix-vector product plus `argpartition` over 100k × 384 takes a few milliseconds, an order of
-magnitude faster than SQL-side KNN (stack notes §Q3), and needs no SQLite extension.
+Vectors live once in the database, as little-endian float32 BLOBs (`to_blob` / `from_blob`). On SQLite (and
+on a PostgreSQL server without pgvector) the service loads them into one contiguous float32 matrix and keeps
+it current with `upsert` / `remove` as rows change. A matrix-vector product plus `argpartition` over
+100k × 384 takes a few milliseconds, much faster than a KNN query over BLOBs in SQLite, and needs no SQLite
+extension. On PostgreSQL with pgvector the database searches instead (`pg_vectors.py`), and this index is
+not built; `core/vector_store.py` chooses.
 
 Layout: row `i` of the matrix holds the unit-normalised vector of `ids[i]`; `groups[i]` is a small integer
 naming its owner namespace and `shared[i]` says whether it is visible to every namespace. Owner filtering
@@ -43,6 +45,15 @@ VectorRow = tuple[str, VectorLike, OwnerKey]
 """(id, vector as BLOB or array, owner) as produced by a loader."""
 
 _BLOB_DTYPE = np.dtype("<f4")
+
+VECTOR_FIELDS: dict[str, tuple[str, ...]] = {
+    "trace": ("vec_summary", "vec_action"),
+    "policy": ("vec",),
+    "skill": ("vec",),
+    "world_model": ("vec",),
+    "memory": ("vec",),
+}
+"""The vector columns of each searchable kind (traces: what the step did and the action it took)."""
 
 IVF_MIN_ROWS = 20_000
 """Indexes smaller than this are searched exactly."""

@@ -1,43 +1,18 @@
 """The service on a real PostgreSQL server (PyPI `pgserver`: PostgreSQL 16 with pgvector, a private server in a
 temporary folder, no root, no network), through JSON-RPC: the learning loop works end to end — a step
-captured, a correction given, the lesson recalled by the next related task — and the health says which
-backend serves the home.
+captured, a correction given, the lesson recalled by the next related task — the health says which backend
+serves the home and what runs inside it, and the searches run in the database: keywords through the
+tsvector and 3-gram indexes, meaning through pgvector.
 
-What PostgreSQL does not do yet (full-text search in the database, pgvector indexes, several daemons on one
-database) is the scale-out work still open; here keyword channels are off and the in-memory vector index
-finds the memories.
-
-Without `pgserver` the test is skipped, except where `MEMOS_BRIDGE_REQUIRE_POSTGRES=1` (CI sets it).
+The server is the session's (`postgres_url` in tests/conftest.py: a fresh database for this test). Without
+`pgserver` the test is skipped, except where `MEMOS_BRIDGE_REQUIRE_POSTGRES=1` (CI sets it).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from memos_bridge.client import ServiceClient
-
-REQUIRED = os.environ.get("MEMOS_BRIDGE_REQUIRE_POSTGRES") == "1"
-
-
-@pytest.fixture(scope="module")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    try:
-        import pgserver
-    except ImportError:
-        if REQUIRED:
-            pytest.fail("MEMOS_BRIDGE_REQUIRE_POSTGRES=1 but pgserver is not installed (pip install -e '.[dev]')")
-        pytest.skip("pgserver is not installed (pip install -e '.[dev]')")
-    folder = tmp_path_factory.mktemp("pg")
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(folder))  # pgserver asks for a runtime folder
-    server = pgserver.get_server(str(folder), cleanup_mode="stop")
-    try:
-        yield f"postgresql+psycopg://postgres@/postgres?host={folder}"
-    finally:
-        server.cleanup()
 
 
 def test_the_learning_loop_runs_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
@@ -45,7 +20,8 @@ def test_the_learning_loop_runs_on_postgresql(postgres_url: str, tmp_path: Path)
     with ServiceClient.spawn(tmp_path / "home", env=env) as client:
         storage = client.call("core.health")["storage"]
         assert storage["dialect"] == "postgresql" and storage["serverVersion"].startswith("16")
-        assert storage.get("vectorExtension") is None  # pgvector ships with the server; the service does not use it yet
+        assert storage["fullText"] is True  # tsvector and 3-gram GIN indexes (migration 8)
+        assert storage["vectorExtension"].startswith("0.")  # pgvector searches the vectors (HNSW)
 
         session = client.call("session.open", {"agent": "tester", "namespace": {"workspaceId": "shop"}})["sessionId"]
         started = client.call(
@@ -59,6 +35,11 @@ def test_the_learning_loop_runs_on_postgresql(postgres_url: str, tmp_path: Path)
         # a retry of the same turn.end stores nothing twice (the step keys are unique)
         assert client.call("turn.end", {**end, "toolCalls": calls})["traceIds"]
         assert len(client.call("memory.timeline", {"episodeId": episode})["traces"]) == 2
+        # keyword channels alone (no vectors): a word, and an identifier found as a substring
+        keyword = {"filters": {"channels": ["keyword"]}, "sessionId": session}
+        for query in ("parcel weights", "sum.py"):
+            found = client.call("memory.search", {"query": query, **keyword})["hits"]
+            assert found and all(not {"vec_summary", "vec_action"} & set(hit["channels"]) for hit in found), query
         lesson = "The weight column is in pounds, not kilograms: multiply by 0.4536 to get kilograms."
         client.call("feedback.submit", {"episodeId": episode, "polarity": "negative", "rationale": lesson})
         client.call("memory.flush", {}, timeout=300)

@@ -1,7 +1,14 @@
-"""The tiered engine end to end in-process: tiers, channels, rendering by type, provenance, namespaces."""
+"""The tiered engine end to end in-process: tiers, channels, rendering by type, provenance, namespaces.
+
+The tests that exercise the search channels (full text, patterns, identifiers, vectors, namespaces, roll-ups)
+run on SQLite and on PostgreSQL (`search_core_factory`): there the keyword channels are served by the
+tsvector and 3-gram indexes and the vector channels by pgvector, inside the database.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +23,28 @@ from memos_bridge.storage.vectors import to_blob
 pytestmark = pytest.mark.anyio
 
 OWNER = {"owner_agent_kind": "t", "owner_profile_id": "default", "owner_workspace_id": None}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def search_core_factory(request: pytest.FixtureRequest, core_factory: Any, tmp_path: Path) -> AsyncIterator[Any]:
+    """`core_factory`, once on SQLite and once with every core on its own fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield core_factory
+        return
+    postgres = request.getfixturevalue("postgres")
+    made: list[tuple[MemoryCore, str]] = []
+
+    async def make(llm: object = None, **overrides: Any) -> MemoryCore:
+        url = postgres.create()
+        storage = {**overrides.pop("storage", {}), "url": url}
+        core: MemoryCore = await core_factory(llm, home=tmp_path / f"pg-home{len(made)}", storage=storage, **overrides)
+        made.append((core, url))
+        return core
+
+    yield make
+    for core, url in made:
+        core.db.close()
+        postgres.drop(url)
 
 
 async def _vec(core: MemoryCore, text: str) -> bytes:
@@ -131,8 +160,8 @@ async def capture(
     )
 
 
-async def test_all_tiers_recall_and_render_in_stable_order(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_all_tiers_recall_and_render_in_stable_order(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     await capture(core, "se_old", "parse the SEC 13F infoTable holdings", "Parsed 312 infoTable rows with lxml.")
     await add_policy(
         core,
@@ -280,8 +309,8 @@ async def test_steps_a_recalled_experience_or_skill_was_distilled_from_are_not_i
     assert not set(steps.trace_ids) & {h.ref_id for h in result.hits}
 
 
-async def test_low_reliability_skills_and_archived_rows_are_not_recalled(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_low_reliability_skills_and_archived_rows_are_not_recalled(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     await add_skill(core, "flaky_deploy", "Deploy the kubernetes cluster with helm.", eta=0.05)
     await add_policy(
         core, "Deploy kubernetes with helm", trigger="kubernetes deploy", procedure="helm upgrade", status="archived"
@@ -290,8 +319,8 @@ async def test_low_reliability_skills_and_archived_rows_are_not_recalled(core_fa
     assert result.hits == []
 
 
-async def test_no_cross_namespace_leak_through_any_tier(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_no_cross_namespace_leak_through_any_tier(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     other = {"owner_agent_kind": "t", "owner_profile_id": "mallory", "owner_workspace_id": None}
     await add_policy(
         core,
@@ -326,8 +355,8 @@ async def test_chitchat_and_memos_commands_skip_retrieval(core_factory: Any) -> 
         assert result.stats is not None and result.stats.skipped_reason == scenario
 
 
-async def test_cjk_and_identifier_queries_are_found_exactly(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_cjk_and_identifier_queries_are_found_exactly(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     cjk = await capture(core, "se_a", "解析持仓表时报错了", "原因是命名空间缺失，已修复。")
     ident = await capture(
         core, "se_b", "fix the failing import", "Fixed ERR_MODULE_NOT_FOUND in src/loader/index.mjs", ts=100
@@ -340,8 +369,8 @@ async def test_cjk_and_identifier_queries_are_found_exactly(core_factory: Any) -
     assert found.hits and found.hits[0].ref_id == ident.trace_id and "exact" in found.hits[0].channels
 
 
-async def test_error_signature_query_uses_the_structural_channel(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_error_signature_query_uses_the_structural_channel(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     end = await capture(
         core,
         "se_a",
@@ -361,8 +390,8 @@ async def test_error_signature_query_uses_the_structural_channel(core_factory: A
     assert structural and structural[0].ref_id in [*end.trace_ids, end.episode_id]
 
 
-async def test_a_past_task_is_never_shown_twice_as_steps_and_roll_up(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_a_past_task_is_never_shown_twice_as_steps_and_roll_up(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     end = await capture(
         core,
         "se_a",
@@ -380,8 +409,8 @@ async def test_a_past_task_is_never_shown_twice_as_steps_and_roll_up(core_factor
     assert not (steps and rollups)
 
 
-async def test_memory_search_can_ask_for_skills_only(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_memory_search_can_ask_for_skills_only(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     skill = await add_skill(core, "parse_13f_infotable", "Parse SEC 13F infoTable XML into holdings rows.")
     await capture(core, "se_a", "parse the SEC 13F infoTable", "Parsed it.")
     found = await core.search(
@@ -390,8 +419,8 @@ async def test_memory_search_can_ask_for_skills_only(core_factory: Any) -> None:
     assert [h.ref_id for h in found.hits] == [skill]
 
 
-async def test_channel_filters_for_evaluation(core_factory: Any) -> None:
-    core = await core_factory()
+async def test_channel_filters_for_evaluation(search_core_factory: Any) -> None:
+    core = await search_core_factory()
     await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
     dense = await core.search(dto.MemorySearchParams(query="nginx reverse proxy", filters={"channels": ["vector"]}))
     text = await core.search(dto.MemorySearchParams(query="nginx reverse proxy", filters={"channels": ["keyword"]}))
@@ -456,10 +485,10 @@ async def test_steps_still_visible_to_the_host_are_not_injected_again(core_facto
     assert old.trace_id not in {h.ref_id for h in by_text.hits}
 
 
-async def test_a_slow_channel_at_the_deadline_returns_what_is_ready(core_factory: Any) -> None:
+async def test_a_slow_channel_at_the_deadline_returns_what_is_ready(search_core_factory: Any) -> None:
     import time as _time
 
-    core = await core_factory()
+    core = await search_core_factory()
     end = await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
     core.embedder.delay = 5.0  # the query embedding will not finish in time
     started = _time.monotonic()
@@ -503,10 +532,10 @@ async def test_a_steps_live_priority_counts_its_age_once(core_factory: Any) -> N
     assert old_cand.strength == pytest.approx(new_cand.strength - 0.4)
 
 
-async def test_a_two_letter_word_finds_its_row_not_longer_words_that_contain_it(core_factory: Any) -> None:
+async def test_a_two_letter_word_finds_its_row_not_longer_words_that_contain_it(search_core_factory: Any) -> None:
     """ "DB" matches the policy about the DB, not the one that only says "feedback"; only CJK is matched as a
     substring."""
-    core = await core_factory()
+    core = await search_core_factory()
     about_db = await add_policy(core, "Back up the DB before a schema migration", trigger="DB schema migration")
     about_feedback = await add_policy(
         core, "Collect feedback from every reviewer", trigger="feedback rounds on design documents"
@@ -551,3 +580,18 @@ def test_subject_of_a_skill_a_success_procedure_and_a_past_step() -> None:
     # answer.json is named with three different data files: boilerplate; each data file is a subject
     assert _boilerplate_files(steps) == {"answer.json"}
     assert _boilerplate_files({"tr_a": ["answer.json", "a.csv"]}) == set()
+
+
+async def test_a_second_service_on_one_postgresql_database_recalls_at_once(
+    core_factory: Any, postgres_url: str, tmp_path: Path
+) -> None:
+    """Two services on one database: what one captured, the other finds by keywords and by meaning at once,
+    with no index of its own to load or reload (the database searches both)."""
+    first = await core_factory(home=tmp_path / "first", storage={"url": postgres_url})
+    second = await core_factory(home=tmp_path / "second", storage={"url": postgres_url})
+    assert second.vectors.in_database
+    await second.search(dto.MemorySearchParams(query="warm up the search"))  # nothing to see yet
+    end = await capture(first, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
+    for channels in (["keyword"], ["vector"]):
+        found = await second.search(dto.MemorySearchParams(query="nginx reverse proxy", filters={"channels": channels}))
+        assert end.trace_id in {h.ref_id for h in found.hits}, channels

@@ -1,4 +1,8 @@
-"""Full-text search: trigger sync, tokenizers, ranking, owner filtering, hostile query text."""
+"""Full-text search: trigger sync, tokenizers, ranking, owner filtering, hostile query text.
+
+Every test that touches a database runs on SQLite (FTS5) and on PostgreSQL (tsvector and 3-gram GIN indexes,
+`storage/pg_search.py`): the functions have one contract, whichever database serves them.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,17 @@ from memos_bridge.storage.owner import OwnerFilter
 from .factories import OTHER, OWNER, add_policy, add_skill, add_trace, add_world_model, seed_episode
 
 Search = Callable[[str, Tokenizer], list[str]]
+
+
+@pytest.fixture
+def db_url(backend_url: str) -> str:
+    """The storage fixtures' database: SQLite, then PostgreSQL (`backend_url` in tests/conftest.py)."""
+    return backend_url
+
+
+def sqlite_only(session: Session, why: str) -> None:
+    if session.get_bind().dialect.name != "sqlite":
+        pytest.skip(why)
 
 
 def ids(session: Session, query: str, tokenizer: Tokenizer, kind: FtsKind = "trace") -> list[str]:
@@ -260,10 +275,15 @@ def test_query_terms_and_quoting() -> None:
     assert query_terms("x\x00yz \ud800abc") == ["x", "yz", "abc"]
 
 
-@pytest.fixture(scope="module")
-def fuzz_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    path: Path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
-    eng = create_db_engine(f"sqlite:///{path}", busy_timeout_ms=2000)
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def fuzz_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    postgres = request.getfixturevalue("postgres") if request.param == "postgresql" else None
+    if postgres is None:
+        path: Path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
+        url = f"sqlite:///{path}"
+    else:
+        url = postgres.create()
+    eng = create_db_engine(url, busy_timeout_ms=2000)
     migrate(eng)
     with Session(eng) as s:
         seed_episode(s)
@@ -271,9 +291,12 @@ def fuzz_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         s.commit()
     yield eng
     eng.dispose()
+    if postgres is not None:
+        postgres.drop(url)
 
 
-FTS_SYNTAX = st.text(alphabet='"*^:()-+{}[],.AND OR NOT NEAR\\%_ 解析 \x00\t', max_size=40)
+FTS_SYNTAX = st.text(alphabet="\"*^:()-+{}[],.AND OR NOT NEAR\\%_ 解析 \x00\t&|!<>'", max_size=40)
+"""FTS5 and tsquery syntax: quotes, operators, prefixes, columns, NEAR, phrase and negation marks."""
 
 
 @settings(max_examples=150, deadline=None)
@@ -311,6 +334,8 @@ def test_a_small_table_is_searched_without_a_saturation_probe(
     session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from memos_bridge.storage import fts
+
+    sqlite_only(session, "PostgreSQL ranks every match in one statement: there is no index-first step to probe")
 
     add_trace(session, "tr_1", summary="deploy the service")
     add_trace(session, "tr_2", owner=OTHER, step_key="o", summary="deploy the service")
