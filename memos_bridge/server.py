@@ -119,6 +119,7 @@ async def _run(
             group.start_soon(core.warmup)
             group.start_soon(core.backfill.run_forever)
             group.start_soon(core.strength.run_decay_loop)
+            group.start_soon(core.run_shared)
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
             viewer_host = ViewerHost(settings, methods, core, group)
             core.viewer_launcher = viewer_host.launch

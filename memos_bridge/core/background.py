@@ -19,6 +19,7 @@ import anyio.abc
 from sqlalchemy.orm import Session
 
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.locks import is_lock_conflict
 from memos_bridge.storage.priority import background
 
 log = logging.getLogger(__name__)
@@ -126,13 +127,26 @@ class WriteBehind:
     async def flush(self) -> None:
         batch, self._queue = self._queue, []
         if batch:
-            await self._db.write(lambda db: self._apply(db, batch))
+            again = await self._db.write(lambda db: self._apply(db, batch, retry=True))
+            if again:  # after the commit, which let the other service's transaction finish
+                await self._db.write(lambda db: self._apply(db, again, retry=False))
 
-    def _apply(self, db: Session, batch: list[tuple[str, Write]]) -> None:
+    def _apply(self, db: Session, batch: list[tuple[str, Write]], *, retry: bool) -> list[tuple[str, Write]]:
+        """Apply the writes, each in a savepoint; returns those to run again in a transaction of their own.
+
+        With several services on one database, two batches may lock the same rows in opposite orders (access
+        counts of memories both recalled) and the database cancels one write as a deadlock. Retrying it in
+        this transaction would meet the same lock again; after this transaction commits it will not."""
+        again: list[tuple[str, Write]] = []
         for name, write in batch:
             try:
                 with db.begin_nested():
                     write(db)
-            except Exception:
+            except Exception as exc:
+                if retry and is_lock_conflict(exc):
+                    log.info("deferred write %s met another service's lock; retried after this batch", name)
+                    again.append((name, write))
+                    continue
                 self.dropped += 1
                 log.exception("deferred write %s failed; dropped", name)
+        return again

@@ -26,9 +26,11 @@ from memos_bridge.core import analytics, purge, reflect, retrieval_log, stats, t
 from memos_bridge.core import status as status_control
 from memos_bridge.core.backfill import EmbeddingBackfill
 from memos_bridge.core.background import BackgroundWork
+from memos_bridge.core.cluster import EventRelay, follow_vectors, node_name
 from memos_bridge.core.config_view import core_config
 from memos_bridge.core.events import EventBus, scope_of
 from memos_bridge.core.learning import experiences, skill_lifecycle, world_store
+from memos_bridge.core.learning.claims import ChainClaims
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.learning.repair import RepairService
 from memos_bridge.core.learning.service import LearningService
@@ -49,6 +51,7 @@ from memos_bridge.retrieval.engine import Retriever
 from memos_bridge.rules.secrets import Redactor
 from memos_bridge.storage import repos
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.locks import is_shared
 from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,15 @@ class MemoryCore:
         self.retriever.min_strength = settings.strength.recall_floor
         self.retriever.min_world_confidence = settings.learning.world.min_confidence_for_retrieval
         self.retriever.priority_half_life_days = settings.learning.reward.half_life_days
+        #: This process among the services that share its database (`core/cluster.py`); on PostgreSQL the
+        #: learning queue claims chains in the database and events travel between the services.
+        self.node = node_name()
+        self.relay: EventRelay | None = None
+        if db.is_open and is_shared(db.engine):
+            self.learning.queue.claims = ChainClaims(db, self.node)
+            self.relay = EventRelay(
+                db, self.events, self.node, follow=lambda events: follow_vectors(db, self.vectors, events)
+            )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -121,6 +133,12 @@ class MemoryCore:
             await self.vectors.load_all()
         except Exception:
             log.exception("warm-up failed; requests will retry lazily")
+
+    async def run_shared(self) -> None:
+        """Exchange events with the other services of a shared database until cancelled (start it in the
+        server's task group; returns at once when the database is this process's alone)."""
+        if self.relay is not None:
+            await self.relay.run()
 
     async def drain(self) -> None:
         """Finish every piece of accepted work: the learning queue first (it may defer writes), then the
@@ -185,6 +203,7 @@ class MemoryCore:
                 chains_run=self.learning.queue.stats.chains_run,
                 chains_failed=self.learning.queue.stats.chains_failed,
                 last_error=self.learning.queue.stats.last_error,
+                stages=self.learning.timings.health() or None,
             ),
             llm_usage=self.llm.stats(),
             redactions=self._redaction_health(),

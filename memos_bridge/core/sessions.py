@@ -27,6 +27,7 @@ from memos_bridge.core.relation import EpisodeContext, RelationDecision, classif
 from memos_bridge.ids import new_id
 from memos_bridge.storage import hotpath, repos
 from memos_bridge.storage.database import Database
+from memos_bridge.storage.locks import write_first_wins
 from memos_bridge.storage.models import EpisodeRow, SessionRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.timeutil import now_ms
@@ -318,7 +319,8 @@ class SessionService:
                 row.meta_json = {**(row.meta_json or {}), **params.meta}
             return outbox, scope_of(row)
 
-        outbox, scope = await self._db.write(work)
+        # A host re-opening its session through another service at the same moment: the loser finds the row.
+        outbox, scope = await write_first_wins(self._db, work, what="session.open")
         self._events.enter(scope)  # an existing session has no event to publish, yet its opener joins it
         self.publish(outbox)
         return dto.SessionOpenResult(session_id=session_id)

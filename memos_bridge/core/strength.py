@@ -41,6 +41,7 @@ from memos_bridge.core import strength_rules as rules
 from memos_bridge.core.learning.context import LearningContext
 from memos_bridge.core.namespace import read_filter
 from memos_bridge.storage import hotpath
+from memos_bridge.storage.locks import AdvisoryLock, lock_rows, write_first_wins
 from memos_bridge.storage.models import (
     AuditEventRow,
     EpisodeRow,
@@ -79,6 +80,7 @@ HIT_KINDS: Final[dict[str, str]] = {
 #: Lifecycle status a restored memory returns to, for the kinds whose status `memory.restore` owns.
 RESTORED_STATUS: Final[dict[str, str]] = {"policy": "candidate", "world_model": "active", "memory": "active"}
 LAST_RUN_KEY: Final = "strength.decay.last_run"
+DECAY_LOCK: Final = "memos_bridge.strength.decay"  # the database-wide lock of the scheduled decay run
 LOOP_MIN_DELAY_S: Final = 30.0  # after start, let warm-up and recovery go first
 LOOP_RETRY_S: Final = 600.0
 MAX_CYCLE_SCAN: Final = 1000
@@ -318,6 +320,8 @@ class StrengthService:
         settings = self.settings
 
         def work(db: Session) -> tuple[dto.MemoryReinforceResult, bool]:
+            if params.kind in SEARCHABLE_MODELS:  # another service's evidence waits: strength is read, then set
+                lock_rows(db, SEARCHABLE_MODELS[params.kind], [params.id])
             row = _memory(db, params.kind, params.id, owner)
             seen = db.scalar(
                 select(StrengthEventRow.id).where(
@@ -357,7 +361,8 @@ class StrengthService:
             )
             return dto.MemoryReinforceResult(id=row.id, strength=after, applied=True), left
 
-        result, left = await self.ctx.db.write(work)
+        # A retry through another service may race this one: the loser finds the winner's event (applied=False).
+        result, left = await write_first_wins(self.ctx.db, work, what="memory.reinforce")
         if left:
             self.ctx.vectors.remove(params.kind, params.id)
         return result
@@ -517,7 +522,8 @@ class StrengthService:
         """Run the decay job every `decay_interval_s` of wall time (start in the server's task group).
 
         The last run is persisted, so short-lived processes (one stdio service per host session) still decay
-        on schedule; a fresh data home starts its first interval now instead of decaying at once.
+        on schedule; a fresh data home starts its first interval now instead of decaying at once. Services
+        that share one database all run this loop, and each run happens in one of them (`_scheduled_run`).
         """
         interval_ms = int(self.settings.decay_interval_s * 1000)
         if interval_ms <= 0:
@@ -527,14 +533,34 @@ class StrengthService:
             if last is None:
                 last = self.ctx.clock()
                 start = {"at": last, "now": last, "decayed": 0, "archived": 0}
-                await self.ctx.db.write(partial(_set_last_run, value=start))
+                await write_first_wins(self.ctx.db, partial(_set_last_run, value=start), what="decay schedule")
             wait_s = (last + interval_ms - self.ctx.clock()) / 1000
             await anyio.sleep(max(wait_s, min(LOOP_MIN_DELAY_S, interval_ms / 1000)))
             try:
-                await self.decay(dto.MemoryDecayParams())
+                await self._scheduled_run(interval_ms)
             except Exception:
                 log.exception("decay job failed; retrying later")
                 await anyio.sleep(min(LOOP_RETRY_S, interval_ms / 1000))
+
+    async def _scheduled_run(self, interval_ms: int) -> bool:
+        """One scheduled decay run, unless another service of a shared database is running it or has run it
+        since this one looked: the run takes a database-wide lock first (PostgreSQL; always granted on
+        SQLite), skips when it is taken, and checks the last run again while holding it. Two services waking
+        at the same moment must not both weaken every idle memory. Returns whether it ran."""
+        lock = AdvisoryLock(self.ctx.db.engine, DECAY_LOCK)
+        if not await anyio.to_thread.run_sync(lock.try_acquire):
+            log.info("decay run skipped: another service sharing the database is running it")
+            return False
+        try:
+            last = await self.ctx.db.read(_last_run)
+            if last is not None and last + interval_ms > self.ctx.clock():
+                log.info("decay run skipped: another service sharing the database has just run it")
+                return False
+            await self.decay(dto.MemoryDecayParams())
+            return True
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lock.release)
 
 
 # ------------------------------------------------------------------------------------------ learning stage

@@ -6,6 +6,10 @@ Idempotency:
   the same key with different text is a `conflict`. Concurrent retries share one in-flight computation.
 - `turn.end`: every step has a content key; a retried call finds its steps already stored and returns the
   same trace ids.
+- Both hold across services that share one database (PostgreSQL), where a host may retry against another
+  service than the first: turn keys and step keys are unique in the database, routing locks the session's
+  row and capture the episode's row while they read-then-write, and a write that still loses a race to the
+  same key runs again and returns the winner's rows (`storage/locks.py`).
 
 A turn never fails because retrieval failed or ran out of time: the result is then empty and
 `stats.skippedReason` says why.
@@ -57,7 +61,8 @@ from memos_bridge.retrieval.engine import ChannelRun, QueryVector, Retriever, Vi
 from memos_bridge.retrieval.intent import ALL_TIERS, classify_intent, classify_intent_heuristic, schedule_injection
 from memos_bridge.storage import hotpath, repos
 from memos_bridge.storage.database import Database
-from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, TraceRow, TurnRow
+from memos_bridge.storage.locks import lock_rows, write_first_wins
+from memos_bridge.storage.models import EmbeddingRetryRow, EpisodeRow, SessionRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.storage.priority import PrioritySlots, interactive
 from memos_bridge.storage.vectors import to_blob
@@ -168,6 +173,7 @@ class TurnService:
     def _begin_turn_sync(self, db: Session, params: dto.TurnInputDTO, decide: Decide | None) -> _BegunTurn:
         outbox = Outbox()
         session = ensure_session_sync(db, outbox, params.session_id, params.agent, params.namespace, params.ts)
+        lock_rows(db, SessionRow, [session.id])  # the session's turns are routed one at a time, in any service
         if params.turn_key:
             previous = repos.find_turn_by_key(db, session.id, params.turn_key)
             if previous is not None:
@@ -260,7 +266,9 @@ class TurnService:
                     params.ts,
                     budget_ms,
                 )
-        begun = await self._db.write(lambda db: self._begin_turn_sync(db, params, decide))
+        begun = await write_first_wins(
+            self._db, lambda db: self._begin_turn_sync(db, params, decide), what="turn.start"
+        )
         self._events.enter(scope_of(begun.owner))
         self._sessions.publish(begun.outbox)
         self._remember_owner(begun.session_id, begun.owner)
@@ -350,6 +358,8 @@ class TurnService:
         self, db: Session, params: dto.TurnResultDTO, *, create: bool
     ) -> tuple[EpisodeRow, TurnRow | None]:
         """The episode and the user turn this turn.end answers; None when the turn must be created first."""
+        if create:  # another service creating the same turn now waits, then finds it
+            lock_rows(db, EpisodeRow, [params.episode_id])
         session = require_session_sync(db, params.session_id)
         episode = episode_of_session_sync(db, session, params.episode_id)
         new_text = params.user_text
@@ -387,7 +397,9 @@ class TurnService:
         # The common case (turn.start recorded the turn) needs one read here and one write below.
         episode, resolved, steps, known = await self._db.read(lambda db: self._plan_capture_sync(db, params))
         if resolved is None:
-            episode, resolved = await self._db.write(lambda db: self._resolve_turn_sync(db, params, create=True))
+            episode, resolved = await write_first_wins(
+                self._db, lambda db: self._resolve_turn_sync(db, params, create=True), what="turn.end"
+            )
             assert resolved is not None
             steps = extract_steps(params, resolved.user_text, resolved.turn_id, self._settings.capture)
         turn = resolved
@@ -398,6 +410,7 @@ class TurnService:
 
         def store(db: Session) -> tuple[list[str], list[TraceRow], Outbox]:
             outbox = Outbox()
+            lock_rows(db, EpisodeRow, [episode.id])  # a retry in another service waits and finds these steps
             row = repos.get_episode(db, episode.id)
             assert row is not None  # episodes are only archived, never deleted while in use
             reopen_episode_sync(outbox, row)
@@ -435,7 +448,7 @@ class TurnService:
             )
             return ids, created, outbox
 
-        ids, created, store_outbox = await self._db.write(store)
+        ids, created, store_outbox = await write_first_wins(self._db, store, what="turn.end")
         for trace in created:
             self._vectors.upsert("trace", trace)
         self._sessions.publish(store_outbox)

@@ -4,8 +4,9 @@
 every migration whose version is not yet recorded in `schema_migrations`; each one runs in its own
 transaction together with the row that records it, so a failure leaves the database at the previous
 version (SQLite DDL is transactional once SQLAlchemy owns BEGIN, see `engine.py`). Writers BEGIN
-IMMEDIATE and the "already applied?" check happens inside that transaction, so two processes starting
-at once cannot apply a migration twice.
+IMMEDIATE (on PostgreSQL each migration transaction takes an advisory lock first) and the "already
+applied?" check happens inside that transaction, so two processes starting at once cannot apply a migration
+twice.
 
 How a later change adds a migration
 -----------------------------------
@@ -24,7 +25,10 @@ How a later change adds a migration
 3. Never edit or renumber a released migration; the schema drift test (`tests/storage`) checks that a
    database built by the migrations matches the ORM.
 
-SQLite-only steps (FTS5 DDL) must check `conn.dialect.name` and be a no-op elsewhere.
+SQLite-only steps (FTS5 DDL) must check `conn.dialect.name` and be a no-op elsewhere; likewise
+PostgreSQL-only steps (migration 8: tsvector and 3-gram search tables, pgvector) on SQLite. The tables such
+DDL adds outside the ORM (FTS5's `<table>_fts_*`; PostgreSQL's `<table>_search` and `<table>_pgv`) are derived
+from ORM columns by triggers and are never written or read through the ORM.
 """
 
 from __future__ import annotations
@@ -37,14 +41,17 @@ from sqlalchemy import Column, Connection, Engine, Index, Table, func, insert, i
 from sqlalchemy.schema import CreateColumn
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
+from memos_bridge.storage import pg_vectors
 from memos_bridge.storage.engine import fts5_available, is_sqlite, sqlite_version, writer
 from memos_bridge.storage.fts import create_fts, rebuild_fts
 from memos_bridge.storage.models import (
     AuditEventRow,
     Base,
     DecisionRepairRow,
+    LearningClaimRow,
     MemoryRow,
     PolicyRow,
+    RelayedEventRow,
     SchemaMigrationRow,
     SkillRow,
     TraceRow,
@@ -159,6 +166,25 @@ def _skill_review(conn: Connection) -> None:
         ensure_column(conn, skills.c[name])
 
 
+def _shared_database(conn: Connection) -> None:
+    """Several services on one database: the learning-chain claims and the bodies of large relayed events."""
+    ensure_table(conn, _table(LearningClaimRow))
+    ensure_table(conn, _table(RelayedEventRow))
+
+
+def _postgres_search(conn: Connection) -> None:
+    """PostgreSQL searches in the database: for every searchable kind a side table with a weighted tsvector
+    and a 3-gram array under GIN indexes (`pg_search`), and, where the server has pgvector, one with a
+    `vector` twin of every vector column under HNSW indexes for the shipped model's dimension (`pg_vectors`),
+    all kept current by triggers and filled for the rows already there. Without pgvector the vectors stay in
+    the in-memory index and `core.health` reports no vector extension. Nothing to do on SQLite (FTS5 came
+    with migration 2)."""
+    if conn.dialect.name != "postgresql":
+        return
+    create_fts(conn)
+    pg_vectors.install(conn)
+
+
 def _index(model: type[Any], name: str) -> Index:
     """The model's own declared index: a new `Index(name, column)` would attach a second index of that name to
     the shared table metadata, and the next `create_all` in the process would try to create it twice."""
@@ -179,6 +205,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "experience_lesson", _experience_lesson),
     Migration(6, "remembered_memories", _remembered_memories),
     Migration(7, "skill_review", _skill_review),
+    Migration(8, "postgres_search", _postgres_search),
+    Migration(9, "shared_database", _shared_database),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -209,6 +237,20 @@ def _is_applied(conn: Connection, version: int) -> bool:
     return conn.execute(stmt).first() is not None
 
 
+MIGRATION_LOCK_KEY = 0x6D656D6F73_4D4947  # "memos" "MIG": any constant the services agree on
+"""PostgreSQL advisory lock taken by each migration transaction (see `_one_migrator`)."""
+
+
+def _one_migrator(conn: Connection) -> None:
+    """On PostgreSQL, wait until no other service is migrating the database (the lock ends with the transaction).
+
+    SQLite's writers BEGIN IMMEDIATE, which already makes a second process wait; PostgreSQL's transactions do
+    not lock anything up front, so two services started at once on one database would both find a migration
+    missing, both apply it, and one would fail on a table the other had just created."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+
+
 def current_version(engine: Engine) -> int:
     """Highest applied migration version (0 for an empty database)."""
     with engine.connect() as conn:
@@ -236,10 +278,12 @@ def migrate(engine: Engine, *, target: int | None = None) -> list[int]:
         )
     write_engine = writer(engine) if is_sqlite(engine) else engine
     with write_engine.begin() as conn:
+        _one_migrator(conn)
         ensure_table(conn, _MIGRATIONS_TABLE)
     applied: list[int] = []
     for migration in pending:
         with write_engine.begin() as conn:
+            _one_migrator(conn)
             if _is_applied(conn, migration.version):
                 continue
             migration.apply(conn)

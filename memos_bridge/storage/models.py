@@ -625,6 +625,40 @@ class KvRow(Base):
     updated_at: Mapped[int] = _ms()
 
 
+class LearningClaimRow(Base):
+    """Who runs an episode's learning chain now, when several services share one database.
+
+    Each request for a chain (the episode ended, feedback arrived) raises `requested`; a service that starts
+    a run takes the row (`claimed_by`, `lease_until`) and sets `served` to the `requested` it saw, so a request
+    made before that run started needs no run of its own, while one made after it does. `runs` counts the
+    runs started. A lease, not a lock held for the whole chain, because a service may die mid-chain: another
+    one may take an expired claim over. The row holds no memory content."""
+
+    __tablename__ = "learning_claims"
+
+    episode_id: Mapped[str] = mapped_column(String, ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True)
+    requested: Mapped[int] = _int(0)
+    served: Mapped[int] = _int(0)
+    runs: Mapped[int] = _int(0)
+    claimed_by: Mapped[str | None] = _str(nullable=True)
+    lease_until: Mapped[int | None] = _ms(nullable=True)
+    updated_at: Mapped[int] = _ms()
+
+    episode: Mapped[EpisodeRow] = relationship()
+
+
+class RelayedEventRow(Base):
+    """The body of an event too large for a PostgreSQL notification (8000 bytes), which other services fetch
+    by id (`storage/notify.py`). Rows are short-lived: each new one removes those older than a few minutes."""
+
+    __tablename__ = "relayed_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[int] = _ms(index=True)
+    origin: Mapped[str] = _str()
+    body_json: Mapped[dict[str, Any]] = _json_dict()
+
+
 class SchemaMigrationRow(Base):
     """One applied schema migration (see `migrations.py`)."""
 
