@@ -1,6 +1,6 @@
 """Command line: `serve` (stdio, default), `serve --tcp HOST:PORT`, `doctor`, `demo`, `contract`, `llm serve`,
-`memories …` (see `cli_memories.py`), `backup PATH`, and the MCP face's `mcp`, `hook`, `install`, `uninstall`
-(see `cli_mcp.py`).
+`memories …` (see `cli_memories.py`), `backup PATH`, `migrate --from … --to …` (see `cli_migrate.py`), and the
+MCP face's `mcp`, `hook`, `install`, `uninstall` (see `cli_mcp.py`).
 
 Imports stay light at module level: `serve` must claim stdout for the protocol before anything that may
 print (onnxruntime, loguru) is imported.
@@ -66,6 +66,10 @@ def _build_parser() -> argparse.ArgumentParser:
     from memos_bridge import cli_mcp  # stdlib-only at import time
 
     cli_mcp.add_parsers(sub)
+
+    from memos_bridge import cli_migrate  # stdlib-only at import time
+
+    cli_migrate.add_parser(sub)
 
     from memos_bridge.backup import RESTORE_HELP  # stdlib-only at import time
 
@@ -395,6 +399,12 @@ def _cmd_install(args: argparse.Namespace) -> int:
     return cmd_install(args)
 
 
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from memos_bridge.cli_migrate import run
+
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.version:
@@ -411,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "doctor": _cmd_doctor,
         "memories": _cmd_memories,
         "backup": _cmd_backup,
+        "migrate": _cmd_migrate,
         "demo": _cmd_demo,
         "contract": _cmd_contract,
         "llm": _cmd_llm,
