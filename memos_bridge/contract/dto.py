@@ -1186,9 +1186,14 @@ class StorageHealthDTO(WireModel):
 
     dialect: str = Field(..., description="sqlite or postgresql.")
     server_version: str
-    full_text: bool = Field(..., description="Keyword search runs in the database (SQLite FTS5).")
+    full_text: bool = Field(
+        ...,
+        description="Keyword search runs in the database (SQLite FTS5; PostgreSQL tsvector and 3-gram GIN indexes).",
+    )
     vector_extension: str | None = Field(
-        None, description="pgvector's version when installed; null: the service's in-memory vector index is used."
+        None,
+        description="pgvector's version when the database searches the vectors (HNSW indexes); null: the "
+        "service's in-memory vector index is used (SQLite, or PostgreSQL without pgvector).",
     )
 
 
@@ -1199,12 +1204,31 @@ class HealthPathsDTO(WireModel):
     logs: str
 
 
+class StageTimingDTO(WireModel):
+    """One learning stage's cost over its recent runs (the last 256 kept in memory), in milliseconds."""
+
+    runs: int = Field(..., ge=0, description="Runs of the stage since the service started.")
+    wall_ms: LatencySummaryDTO = Field(..., description="Wall time per run, waits for the database and LLM included.")
+    cpu_ms: LatencySummaryDTO = Field(
+        ..., description="Process CPU time (all threads) during each run; counts other work done meanwhile."
+    )
+    alone_wall_ms: LatencySummaryDTO = Field(
+        ..., description="Wall time of the runs during which no turn was in flight and no other stage started."
+    )
+    alone_cpu_ms: LatencySummaryDTO = Field(..., description="Process CPU time of those runs: the stage's own cost.")
+
+
 class LearningHealthDTO(WireModel):
     pending: int = Field(..., description="Episodes waiting for their feedback window to end.")
     running: int
     chains_run: int
     chains_failed: int
     last_error: str = ""
+    stages: dict[str, StageTimingDTO] | None = Field(
+        None,
+        description="Per chain stage (reward, repair, experiences, l2, world, skills, strength): its cost; `wait`: "
+        "each wait of a chain for a moment without turns in flight, before each stage.",
+    )
 
 
 class RedactionHealthDTO(WireModel):

@@ -12,6 +12,13 @@ Rules it enforces, and why:
   `turn.start`/`turn.end` is in flight: learning must not slow the agent's next answer down.
 * **Drained by flush.** `flush()` fires every waiting episode now and returns when nothing is pending or
   running: `memory.flush`, `session.close` and shutdown call it, so "flushed" means "learned".
+* **Once across services.** When several services share one database (PostgreSQL), each has its own queue,
+  and the same episode may be requested in more than one (it ended in one, feedback arrived in another,
+  both swept or recovered it). With `claims` set, every request is also recorded in the database when it is
+  made, and a chain is claimed there before it runs (`core/learning/claims.py`): a request that a run in any
+  service started after it has answered runs nothing (`covered`); a run in progress elsewhere is waited for.
+  Explicit feedback (`run_now`) always runs once more, as it does in one process. The claim is per run: a
+  request made after a run started is answered by a later run, wherever it is made.
 
 Without an attached task group (`run()` not started: tests driving the core directly, one-shot tools)
 nothing runs by itself: `flush()` and `run_now()` run the chains inline, which keeps tests deterministic.
@@ -29,11 +36,14 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
+from memos_bridge.core.learning.claims import ChainClaims
+from memos_bridge.storage.claims import Claim
 from memos_bridge.storage.priority import background
 
 log = logging.getLogger(__name__)
 
 FOREGROUND_PATIENCE_S = 2.0
+REMEMBERED_REQUESTS = 10_000  # episodes whose last recorded request generation is kept for their next run
 
 Chain = Callable[[str, str], Awaitable[object]]  # (episode id, trigger) -> report
 
@@ -45,6 +55,8 @@ class ForegroundGate:
         self._active = 0
         self._quiet = anyio.Event()
         self._quiet.set()
+        #: Foreground requests ever entered: a change tells that a turn ran meanwhile (stage timings).
+        self.entered = 0
 
     @property
     def active(self) -> int:
@@ -53,6 +65,7 @@ class ForegroundGate:
     @contextmanager
     def foreground(self) -> Iterator[None]:
         self._active += 1
+        self.entered += 1
         if self._active == 1:
             self._quiet = anyio.Event()
         try:
@@ -80,6 +93,7 @@ class QueueStats:
     chains_run: int = 0
     chains_failed: int = 0
     coalesced: int = 0
+    covered: int = 0  # requests another service's run (or an earlier one) had answered already
     last_error: str = ""
     by_trigger: dict[str, int] = field(default_factory=dict)
 
@@ -93,6 +107,7 @@ class LearningQueue:
         concurrency: int,
         gate: ForegroundGate | None = None,
         clock: Callable[[], float] = time.monotonic,
+        claims: ChainClaims | None = None,
     ) -> None:
         self._chain = chain
         self._window_s = window_s
@@ -107,6 +122,12 @@ class LearningQueue:
         self._idle = anyio.Event()
         self._idle.set()
         self.stats = QueueStats()
+        #: Database claims when several services share the database (see the module docstring).
+        self.claims = claims
+        self._requested: dict[str, int] = {}  # episode -> newest request generation recorded, not yet run
+        self._requesting: dict[str, int] = {}  # episode -> requests being recorded right now
+        self._recorded: dict[str, anyio.Event] = {}  # episode -> set when none is being recorded any more
+        self._forced: set[str] = set()  # episodes whose next run must run even if another run answered it
 
     # ------------------------------------------------------------------ inspection
 
@@ -123,6 +144,7 @@ class LearningQueue:
     def episode_finalized(self, episode_id: str, reason: str) -> None:
         """An episode ended: score it after the feedback window (or at once when the window is 0)."""
         trigger = f"finalized:{reason}"
+        self._record_request_soon(episode_id)
         if episode_id in self._running:
             self._mark_dirty(episode_id, trigger)
             return
@@ -132,6 +154,12 @@ class LearningQueue:
     async def run_now(self, episode_id: str, trigger: str) -> None:
         """Run the episode's chain now and return when it (and any rerun it caused) has finished."""
         self._pending.pop(episode_id, None)
+        if self.claims is not None:
+            self._forced.add(episode_id)
+            try:
+                await self._record_request(episode_id)
+            except Exception:  # the run records a request of its own
+                log.exception("could not record the learning request for %s", episode_id)
         running = self._running.get(episode_id)
         if running is not None:
             self._mark_dirty(episode_id, trigger)
@@ -208,8 +236,7 @@ class LearningQueue:
         done = self._running[episode_id]
         try:
             while True:
-                async with self._limiter:
-                    await self._run_once(episode_id, trigger)
+                await self._run_coordinated(episode_id, trigger)
                 rerun = self._dirty.pop(episode_id, None)
                 if rerun is None:
                     break
@@ -219,6 +246,97 @@ class LearningQueue:
             done.set()
             if not self._running:
                 self._idle.set()
+
+    # ------------------------------------------------------------------ several services, one database
+
+    def _record_request_soon(self, episode_id: str) -> None:
+        """Record the request in the database now, in the background (the caller cannot wait: it is the
+        session's synchronous hook). Without a running queue the run records it itself when it starts."""
+        if self.claims is None or self._group is None:
+            return
+        self._requesting[episode_id] = self._requesting.get(episode_id, 0) + 1
+        if self._requesting[episode_id] == 1:
+            self._recorded[episode_id] = anyio.Event()
+        self._group.start_soon(self._record_request_task, episode_id, name=f"learning-request:{episode_id}")
+
+    async def _record_request_task(self, episode_id: str) -> None:
+        try:
+            await self._record_request(episode_id)
+        except Exception:  # the run records a request of its own when this one is missing
+            log.exception("could not record the learning request for %s", episode_id)
+        finally:
+            left = self._requesting[episode_id] - 1
+            if left:
+                self._requesting[episode_id] = left
+            else:
+                del self._requesting[episode_id]
+                self._recorded.pop(episode_id).set()
+
+    async def _record_request(self, episode_id: str) -> int:
+        assert self.claims is not None
+        generation = await self.claims.request(episode_id)
+        self._requested[episode_id] = max(self._requested.pop(episode_id, 0), generation)
+        while len(self._requested) > REMEMBERED_REQUESTS:  # a forgotten one is recorded again by its run
+            self._requested.pop(next(iter(self._requested)))
+        return generation
+
+    async def _run_coordinated(self, episode_id: str, trigger: str) -> None:
+        """Run the chain once, claimed in the database when it is shared (see the module docstring)."""
+        claims = self.claims
+        if claims is None:
+            async with self._limiter:
+                await self._run_once(episode_id, trigger)
+            return
+        recording = self._recorded.get(episode_id)
+        if recording is not None:
+            await recording.wait()  # the newest request must be part of what this run answers
+        generation = self._requested.pop(episode_id, None)
+        force = episode_id in self._forced
+        self._forced.discard(episode_id)
+        while True:
+            async with self._limiter:
+                try:
+                    if generation is None:
+                        generation = await claims.request(episode_id)
+                    state = await claims.claim(episode_id, generation, force=force)
+                except Exception as exc:  # like a failing chain: counted and logged, the queue goes on
+                    self.stats.chains_failed += 1
+                    self.stats.last_error = f"claim: {type(exc).__name__}: {exc}"[:300]
+                    log.exception("could not claim the learning chain for %s", episode_id)
+                    return
+                if state is Claim.CLAIMED:
+                    await self._run_leased(claims, episode_id, trigger)
+                    return
+            if state is Claim.COVERED:
+                self.stats.covered += 1
+                log.debug("learning chain for %s: request %d answered already", episode_id, generation)
+                return
+            await anyio.sleep(claims.poll_s)  # another service runs this episode's chain: wait for its end
+
+    async def _run_leased(self, claims: ChainClaims, episode_id: str, trigger: str) -> None:
+        """Run the claimed chain, renewing the lease meanwhile; release the claim however the run ends."""
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._keep_lease, claims, episode_id)
+                await self._run_once(episode_id, trigger)
+                group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await claims.release(episode_id)
+                except Exception:  # the lease runs out by itself
+                    log.exception("could not release the learning claim on %s", episode_id)
+
+    @staticmethod
+    async def _keep_lease(claims: ChainClaims, episode_id: str) -> None:
+        while True:
+            await anyio.sleep(claims.lease_s / 3)
+            try:
+                if not await claims.renew(episode_id):
+                    log.warning("learning claim on %s expired and was taken over; this run goes on", episode_id)
+                    return
+            except Exception:
+                log.exception("could not renew the learning claim on %s", episode_id)
 
     async def _run_once(self, episode_id: str, trigger: str) -> None:
         self.stats.by_trigger[trigger.split(":")[0]] = self.stats.by_trigger.get(trigger.split(":")[0], 0) + 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import anyio
@@ -28,6 +29,7 @@ from memos_bridge.core.learning.l2 import l2_stage
 from memos_bridge.core.learning.queue import ForegroundGate, LearningQueue
 from memos_bridge.core.learning.reward_stage import RewardReport, run_reward
 from memos_bridge.core.learning.skills import skill_stage
+from memos_bridge.core.learning.stage_timing import StageTimings
 from memos_bridge.core.learning.world import world_stage
 from memos_bridge.core.mappers import feedback_dto
 from memos_bridge.core.reward import priority_at
@@ -35,6 +37,7 @@ from memos_bridge.core.sessions import Outbox, finalize_episode_sync
 from memos_bridge.core.strength import strength_stage
 from memos_bridge.ids import new_id
 from memos_bridge.storage.activity import last_activity
+from memos_bridge.storage.locks import write_first_wins
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow
 
 log = logging.getLogger(__name__)
@@ -91,8 +94,18 @@ class LearningService:
         self._monotonic = monotonic
         self._started = monotonic()
         self._touched: dict[str, float] = {}
+        #: Wall and CPU time of each stage's recent runs, for `core.health`.
+        self.timings = StageTimings()
 
     # ------------------------------------------------------------------ the chain
+
+    def _timed(self, stage: str) -> AbstractContextManager[None]:
+        """Record one run of `stage`; it ran alone when no turn entered and no other chain ran meanwhile."""
+        return self.timings.measure(
+            stage,
+            activity=lambda: (self.gate.entered, self.timings.started),
+            idle=lambda: self.gate.active == 0 and len(self.queue.running) <= 1,
+        )
 
     async def _chain(self, episode_id: str, trigger: str) -> ChainReport:
         """Run the stages for one episode; their events belong to the episode's namespace."""
@@ -107,17 +120,22 @@ class LearningService:
         self.last_reports[episode_id] = report
         if len(self.last_reports) > 256:
             self.last_reports.pop(next(iter(self.last_reports)))
-        await self.gate.wait_quiet()
-        report.reward = await run_reward(self.ctx, episode_id, trigger)
-        repairs = await self._repair_corrections(episode_id)  # a trivial (skipped) episode's too
+        with self._timed("wait"):
+            await self.gate.wait_quiet()
+        with self._timed("reward"):
+            report.reward = await run_reward(self.ctx, episode_id, trigger)
+        with self._timed("repair") if episode_id in self._corrections else nullcontext():
+            repairs = await self._repair_corrections(episode_id)  # a trivial (skipped) episode's too
         if repairs:
             report.stages["repair"] = repairs
         if report.reward.skipped:
             return report
         for name, stage in self.stages:
-            await self.gate.wait_quiet()
+            with self._timed("wait"):
+                await self.gate.wait_quiet()
             try:
-                report.stages[name] = await stage(self.ctx, episode_id, report.reward)
+                with self._timed(name):
+                    report.stages[name] = await stage(self.ctx, episode_id, report.reward)
             except Exception:  # one failing stage must not stop the ones after it
                 log.exception("learning stage %s failed for %s", name, episode_id)
                 report.stages[name] = "failed"
@@ -160,7 +178,11 @@ class LearningService:
         counted, repaired and learned from the first time."""
         if not params.episode_id and not params.trace_id:
             raise MemosError(ErrorCode.INVALID_ARGUMENT, "feedback.submit needs episodeId or traceId")
-        row, created = await self.ctx.db.write(lambda db: self._store_feedback(db, params))
+        # The evidenceId is unique in the database: a retry through another service at the same moment loses the
+        # race, runs again and finds this row (created False), so it is counted and learned from once.
+        row, created = await write_first_wins(
+            self.ctx.db, lambda db: self._store_feedback(db, params), what="feedback.submit"
+        )
         feedback = feedback_dto(row)
         self.ctx.events.enter(scope_of(row))
         if not created:
