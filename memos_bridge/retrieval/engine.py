@@ -57,7 +57,7 @@ from memos_bridge.retrieval.render import (
     without_task_quote,
 )
 from memos_bridge.rules.lessons import specific_tokens
-from memos_bridge.rules.subjects import FILE, identifiers, mentions, shares_words
+from memos_bridge.rules.subjects import FILE, identifiers, mentions, requested_outputs, shares_words
 from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
@@ -879,6 +879,8 @@ class Retriever:
         files_of_steps = _step_files(candidates)
         boilerplate = _boilerplate_files(files_of_steps)
         request_files = [f for f in _files(request) if f not in boilerplate]
+        subject_files = _request_files(request, boilerplate)
+        outputs = requested_outputs(request)
         request_words = min(2, len(specific_tokens(request))) or 1  # a one-word query needs its one word
         kept: list[Candidate] = []
         for cand in candidates:
@@ -886,7 +888,7 @@ class Retriever:
             needed = floor
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
                 own = [f for f in files_of_steps.get(cand.ref_id, []) if f not in boilerplate]
-                deciding = [f for f in own if f not in _shared_output(own, request_files)]
+                deciding = [f for f in own if f not in outputs and f not in _shared_output(own, subject_files)]
                 gated = bool(request_files and own) and not mentions(request, deciding)
                 needed = SAME_STEP_SIMILARITY
             elif isinstance(payload, SkillSnippet):
@@ -1088,11 +1090,20 @@ SAME_STEP_SIMILARITY = 0.85
 
 def _deciding_terms(terms: list[str], request: str, boilerplate: frozenset[str]) -> list[str]:
     """The subject terms of a lesson, world model or skill that can tie it to the request: without boilerplate
-    files, and without the files it shares with a request about other files (`_shared_output`); its own files
-    still tie it to a request about the same file or a sibling file of the same house."""
-    kept = [term for term in terms if term.casefold() not in boilerplate]
+    files or the file the request asks to be written, and without the files it shares with a request about other
+    files (`_shared_output`); its own files still tie it to a request about the same file or a sibling file of
+    the same house."""
+    skipped = boilerplate | requested_outputs(request)
+    kept = [term for term in terms if term.casefold() not in skipped]
     files = [term.casefold() for term in kept if _files(term) == [term.casefold()]]
-    return [term for term in kept if term.casefold() not in _shared_output(files, _files(request))]
+    return [term for term in kept if term.casefold() not in _shared_output(files, _request_files(request, boilerplate))]
+
+
+def _request_files(request: str, boilerplate: frozenset[str]) -> list[str]:
+    """The files a request is about: those it names, without boilerplate and without the files it asks to be
+    written ("Write … to answer.json": every task of a harness names its answer file)."""
+    outputs = requested_outputs(request)
+    return [f for f in _files(request) if f not in boilerplate and f not in outputs]
 
 
 def _shared_output(own: list[str], request_files: list[str]) -> set[str]:

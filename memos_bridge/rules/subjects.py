@@ -40,6 +40,23 @@ FILE: Final = re.compile(
     r"xlsx?|ini|cfg|conf|env|log|sh|js|ts|rs|go|java|lock|dat|gz|zip)\b",
     re.IGNORECASE,
 )
+#: "Write answer.json …", "save it to out.csv", "output the list as report.json": the file a request asks for.
+OUTPUT_CUE: Final = re.compile(
+    r"\b(?:write|writes|save|saves|output|produce|create|dump)\b(?:\s+\S+){0,3}?\s+(?:(?:to|into|as)\s+)?$",
+    re.IGNORECASE,
+)
+
+
+def requested_outputs(text: str) -> set[str]:
+    """The files a request asks to be written ("Write {…} to answer.json"), casefolded: they are what every task of
+    a harness names, not what the task is about."""
+    return {
+        m.group(0).casefold()
+        for m in FILE.finditer(text)
+        if OUTPUT_CUE.search(text[max(0, m.start() - 40) : m.start()])
+    }
+
+
 #: `a.b` / `a.b.c` (not a number, not a sentence end: both sides are word characters)
 _DOTTED: Final = re.compile(r"\b[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+\b")
 _SNAKE: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")

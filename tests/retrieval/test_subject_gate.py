@@ -20,13 +20,21 @@ def test_an_output_file_shared_with_a_request_about_other_files_does_not_tie_the
     }
     # the memory's files are all the request's (or the other way round): the shared files are the subject
     assert _shared_output(["kingsmere_jobs.csv"], ["kingsmere_jobs.csv", "answer.json"]) == set()
-    request = "Using larchmont_snapshots.csv, how many snapshots expire? Write answer.json."
     terms = ["render_time", "kingsmere_jobs.csv", "answer.json"]
-    assert _deciding_terms(terms, request, frozenset()) == ["render_time", "kingsmere_jobs.csv"]
-    # a request about the same file keeps every term; a boilerplate file never decides
-    same = "Using kingsmere_jobs.csv, total the render_time. Write answer.json."
+    # the file a request asks to be written never ties a memory to it
+    asked = "Using larchmont_snapshots.csv, how many snapshots expire? Write answer.json."
+    assert _deciding_terms(terms, asked, frozenset()) == ["render_time", "kingsmere_jobs.csv"]
+    # nor does an output named without a cue, when each side names a data file the other does not
+    named = "Using larchmont_snapshots.csv, how many snapshots expire? answer.json field: count."
+    assert _deciding_terms(terms, named, frozenset()) == ["render_time", "kingsmere_jobs.csv"]
+    # a request about the same file keeps it and the memory's other terms; a boilerplate file never decides
+    same = "In kingsmere_jobs.csv, total the render_time. answer.json field: total."
     assert _deciding_terms(terms, same, frozenset()) == terms
     assert _deciding_terms(terms, same, frozenset({"answer.json"})) == ["render_time", "kingsmere_jobs.csv"]
+    # a memory naming a second input of the same task is still about it (the data file they share decides)
+    rates = ["status", "sales_mar_apr.csv", "fx_rates.csv"]
+    units = "Using sales_mar_apr.csv, count the units of each product. Write answers.json with units_by_month."
+    assert _deciding_terms(rates, units, frozenset()) == rates
 
 
 def test_a_tool_call_line_is_recognised_by_its_shape() -> None:

@@ -48,7 +48,16 @@ from memos_bridge.rules.lessons import (
     read_feedback,
     specific_tokens,
 )
-from memos_bridge.rules.subjects import Subject, identifiers, number_key, numbers, owner_names, subject_of, units
+from memos_bridge.rules.subjects import (
+    Subject,
+    identifiers,
+    number_key,
+    numbers,
+    owner_names,
+    requested_outputs,
+    subject_of,
+    units,
+)
 from memos_bridge.rules.text import clip, first_sentence, numbered, numbered_steps, squash, unnumbered
 from memos_bridge.rules.tokens import content_tokens, token_similarity
 
@@ -474,13 +483,6 @@ def titled(body: str) -> str:
     return clip(_TITLE_PREFIX.sub("", squash(body)).rstrip(" ;；"), TITLE_CHARS)
 
 
-#: "Write answer.json …", "save it to out.csv", "output the list as report.json": the file a request asks for.
-_OUTPUT_CUE: Final = re.compile(
-    r"\b(?:write|writes|save|saves|output|produce|create|dump)\b(?:\s+\S+){0,3}?\s+(?:(?:to|into|as)\s+)?$",
-    re.IGNORECASE,
-)
-
-
 def input_files(episode: EpisodeFacts, verifier: VerifierView | None) -> list[str]:
     """The files the task worked from: those its request names, minus its output (the files the agent wrote, the
     verifier's answer file, a file the request asks to write): every task of a kind writes the same answer file,
@@ -489,9 +491,10 @@ def input_files(episode: EpisodeFacts, verifier: VerifierView | None) -> list[st
     if verifier is not None and verifier.file:
         output.add(verifier.file.casefold())
     files: list[str] = []
+    requested = requested_outputs(episode.task)
     for match in FILE_NAME.finditer(episode.task):
         name = match.group(0)
-        if name.casefold() in output or _OUTPUT_CUE.search(episode.task[max(0, match.start() - 40) : match.start()]):
+        if name.casefold() in output or name.casefold() in requested:
             continue
         files.append(name)
     return files
