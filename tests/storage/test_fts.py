@@ -41,11 +41,6 @@ def db_url(backend_url: str) -> str:
     return backend_url
 
 
-def sqlite_only(session: Session, why: str) -> None:
-    if session.get_bind().dialect.name != "sqlite":
-        pytest.skip(why)
-
-
 def ids(session: Session, query: str, tokenizer: Tokenizer, kind: FtsKind = "trace") -> list[str]:
     return [row_id for row_id, _ in fts_search(session, kind, query, owner=OWNER, tokenizer=tokenizer)]
 
@@ -330,12 +325,11 @@ def test_a_namespace_outranked_by_others_still_finds_its_matches(session: Sessio
     assert ids(session, "deploy", "word") == ["tr_mine"]
 
 
+@pytest.mark.parametrize("backend_url", ["sqlite"], indirect=True)  # PostgreSQL ranks in one statement: no probe
 def test_a_small_table_is_searched_without_a_saturation_probe(
     session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from memos_bridge.storage import fts
-
-    sqlite_only(session, "PostgreSQL ranks every match in one statement: there is no index-first step to probe")
 
     add_trace(session, "tr_1", summary="deploy the service")
     add_trace(session, "tr_2", owner=OTHER, step_key="o", summary="deploy the service")
