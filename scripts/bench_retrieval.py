@@ -57,8 +57,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
+import math
 import os
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -77,6 +80,23 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_transport import (
+    FloorModel,
+    Others,
+    Profiler,
+    Workload,
+    WorkloadReport,
+    drive_workload,
+    machine,
+    machine_line,
+    print_profile,
+    print_stages,
+    stage_table,
+    stored_vectors,
+    turn_start_floor,
+)
+from bench_transport import dist as dist_json
 
 from memos_bridge.client import ServiceClient
 from memos_bridge.config import load_settings
@@ -426,7 +446,8 @@ class BuildReport:
     seconds: float
     db_mib: float
     counts: dict[str, int]
-    corpus: Corpus
+    corpus: Corpus | None  # None: the home was filled through the service (fill_through_service)
+    how: str = "ORM bulk insert + FTS5 rebuild"
 
 
 def _insert_chunks(db: Database, model: type[Any], rows: Iterator[dict[str, Any]]) -> int:
@@ -822,16 +843,32 @@ class ServiceReport:
     rss_mib: float
 
 
-def run_service(home: Path, corpus: Corpus, queries: list[Query], searches: list[Query]) -> ServiceReport:
+HOLD_LEARNING = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "86400"}
+LIGHTWEIGHT = {"MEMOS_BRIDGE_LIGHTWEIGHT": "true"}
+
+
+def run_service(
+    home: Path,
+    start_ts: int,
+    warm_texts: list[str],
+    queries: list[Query],
+    searches: list[Query],
+    *,
+    env: dict[str, str] | None = None,
+    client: ServiceClient | None = None,
+    profiler: Profiler | None = None,
+    others: Others | None = None,
+) -> ServiceReport:
+    """Time turn.start and memory.search on `home`: in a service spawned here with `env`, or in `client`,
+    a service that is already running (it filled the home; it is closed here all the same)."""
     started = time.perf_counter()
-    # Every timed turn opens a new episode (2 h apart) and so finalises the previous one; its learning
-    # chain (reward, L2) would run 30 s later, in the middle of the timed loop. Retrieval latency is what
-    # is measured here, so the feedback window is pushed past the run (the chains stay queued).
-    client = ServiceClient.spawn(home, env={"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "86400"})
+    spawned = client is None
+    if client is None:
+        client = ServiceClient.spawn(home, env=env)
     try:
         client.call("core.health", timeout=120)
-        spawn_s = time.perf_counter() - started
-        ts = corpus.last_ts + 24 * HOUR_MS
+        spawn_s = time.perf_counter() - started if spawned else math.nan
+        ts = start_ts
         gap = 2 * HOUR_MS + 60_000  # > merge_max_gap_ms: every turn opens a new episode
 
         def turn_params(texts: list[str], step_ms: int = gap) -> list[dict[str, Any]]:
@@ -847,18 +884,20 @@ def run_service(home: Path, corpus: Corpus, queries: list[Query], searches: list
                 params.append({"agent": AGENT, "sessionId": session, "userText": text, "ts": ts})
             return params
 
-        warm_rng = random.Random(11)
-        warm_texts = [corpus.vocab.text(warm_rng.randint(6, 14), warm_rng.randrange(TOPICS)) for _ in range(20)]
         warm = turn_params(warm_texts)
         first_started = time.perf_counter()
         client.call("turn.start", warm[0], timeout=600)  # waits for the model and the vector indexes
         first_turn_s = time.perf_counter() - first_started
         warmup = timed_calls(client, "turn.start", warm[1:WARMUP_CALLS])
 
-        turn_start = timed_calls(client, "turn.start", turn_params([q.text for q in queries]))
-        # The same texts again as a conversation: turns 30 s apart in a session (the router decides whether
-        # each continues the task or starts a new one, as it would for a host's real turns).
-        follow_up = timed_calls(client, "turn.start", turn_params([q.text for q in queries], step_ms=30_000))
+        with (
+            profiler.phase("turn_start") if profiler else contextlib.nullcontext(),
+            others.phase("turn.start") if others else contextlib.nullcontext(),
+        ):
+            turn_start = timed_calls(client, "turn.start", turn_params([q.text for q in queries]))
+            # The same texts again as a conversation: turns 30 s apart in a session (the router decides
+            # whether each continues the task or starts a new one, as it would for a host's real turns).
+            follow_up = timed_calls(client, "turn.start", turn_params([q.text for q in queries], step_ms=30_000))
         namespace = {"agentKind": AGENT, "profileId": "default"}
         search_params = [{"agent": AGENT, "namespace": namespace, "query": q.text} for q in searches]
         timed_calls(client, "memory.search", search_params[:5])  # warm the tool-driven path too
@@ -882,9 +921,10 @@ class Components:
     note: str = ""
 
 
-def time_components(home: Path, corpus: Corpus, queries: list[Query]) -> Components:
+def time_components(home: Path, queries: list[Query], query_vecs: FloatMatrix) -> Components:
     """The trace tier's retrieval pieces, run in this process on the same texts one at a time (the service
-    embeds first, then runs every channel of every tier concurrently in worker threads)."""
+    embeds first, then runs every channel of every tier concurrently in worker threads). `query_vecs`: the
+    synthetic corpus's topic vectors (which find their topic's rows), or the texts' real embeddings."""
     db = Database(f"sqlite:///{home / 'memos.db'}")
     db.open()
     try:
@@ -903,7 +943,6 @@ def time_components(home: Path, corpus: Corpus, queries: list[Query]) -> Compone
             indexes.append(db.read_sync(load))
         index_load_ms = (time.perf_counter() - started) * 1000
 
-        query_vecs = corpus.vectors([q.topic for q in queries], mix=2.0)
         vector_ms: list[float] = []
         for vec in query_vecs:
             started = time.perf_counter()
@@ -970,6 +1009,66 @@ def time_components(home: Path, corpus: Corpus, queries: list[Query]) -> Compone
 
 
 # ---------------------------------------------------------------------------------------------------------
+# A home filled through the service: the realistic workload of bench_transport.py
+
+
+def _db_counts(db_path: Path) -> dict[str, int]:
+    """Rows the benchmark reports (learned kinds: active rows only), read while the service runs (WAL)."""
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        counts = {
+            table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            for table in ("sessions", "episodes", "traces")
+        }
+        for table in ("policies", "skills", "world_models"):
+            counts[table] = int(conn.execute(f"SELECT count(*) FROM {table} WHERE status = 'active'").fetchone()[0])
+    return counts
+
+
+@dataclass
+class Fill:
+    build: BuildReport
+    client: ServiceClient
+    workload: WorkloadReport
+    flush_s: float
+    stages: dict[str, Any]
+    profiler: Profiler
+    others: Others
+
+
+def fill_through_service(home: Path, steps: int, env: dict[str, str], profile: str | None, rate: int) -> Fill:
+    """Spawn the service on an empty home and drive the realistic workload into it (8 hosts, tasks of five
+    turns, verdicts on every fourth task, learning as `env` says), then `memory.flush`. The service keeps
+    running: the queries are timed in the process that learned."""
+    started = time.perf_counter()
+    client = ServiceClient.spawn(home, env=env)
+    client.call("core.health", timeout=120)
+    session = client.call("session.open", {"agent": AGENT})["sessionId"]
+    client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": "warm up", "ts": 1}, timeout=120)
+    proc = client.process
+    assert proc is not None
+    profiler = Profiler(profile, proc.pid, rate)
+    others = Others(proc.pid)
+    with profiler.phase("turn_end"), others.phase("workload"):
+        work = drive_workload(client, steps, seed=5)
+    flush_started = time.perf_counter()
+    client.call("memory.flush", timeout=600)
+    flush_s = time.perf_counter() - flush_started
+    stages = stage_table(client.call("core.health"))
+    db_path = home / "memos.db"
+    size = sum(p.stat().st_size for p in home.glob("memos.db*")) / 2**20
+    how = f"{work.steps:,} steps through the service, {work.steps_per_s:.1f} steps/s, then memory.flush {flush_s:.1f} s"
+    build = BuildReport(time.perf_counter() - started, size, _db_counts(db_path), None, how)
+    return Fill(build, client, work, flush_s, stages, profiler, others)
+
+
+def workload_queries(count: int, seed: int) -> list[Query]:
+    """New requests in the workload's language (12 words of one of its task families)."""
+    rng = random.Random(seed)
+    workload = Workload(seed, 0)
+    return [Query(workload.query(rng), -1) for _ in range(count)]
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Report
 
 
@@ -1001,12 +1100,13 @@ def report(n: int, build: BuildReport, service: ServiceReport, comps: Components
         f"=== {n:,} traces — {c['episodes']:,} episodes, {c['sessions']:,} sessions, {c['policies']:,} policies, "
         f"{c['skills']:,} skills, {c['world_models']:,} world models ==="
     )
-    print(
-        f"build (ORM bulk insert + FTS5 rebuild): {build.seconds:.1f} s, database {build.db_mib:.0f} MiB, "
-        f"vocabulary {len(build.corpus.vocab.words):,} words"
+    vocabulary = f", vocabulary {len(build.corpus.vocab.words):,} words" if build.corpus else ""
+    print(f"build ({build.how}): {build.seconds:.1f} s, database {build.db_mib:.0f} MiB{vocabulary}")
+    spawn = (
+        "n/a (the service that filled the home)" if math.isnan(service.spawn_s) else f"{service.spawn_s * 1000:.0f} ms"
     )
     print(
-        f"service: spawn → core.health {service.spawn_s * 1000:.0f} ms; first turn.start {service.first_turn_s:.2f} s "
+        f"service: spawn → core.health {spawn}; first turn.start {service.first_turn_s:.2f} s "
         f"(model + vector index load); warm-up turn.start p50 {pct(service.warmup_ms, 50):.1f} ms"
     )
     ts, ms = service.turn_start, service.search
@@ -1051,19 +1151,74 @@ def report(n: int, build: BuildReport, service: ServiceReport, comps: Components
         print(f"  {comps.note}")
 
 
+def floor_report(
+    n: int, service: ServiceReport, floor_ms: list[float], vectors: int, learning: str, info: dict[str, Any]
+) -> dict[str, Any]:
+    """turn.start beside its floor (embed the query + exact top-20 over every stored vector), ratios first."""
+    ts = service.turn_start.wall_ms
+    ratios = {
+        "turnStartP50": round(pct(ts, 50) / pct(floor_ms, 50), 2),
+        "turnStartP95": round(pct(ts, 95) / pct(floor_ms, 95), 2),
+        "conversationP50": round(pct(service.follow_up.wall_ms, 50) / pct(floor_ms, 50), 2),
+        "conversationP95": round(pct(service.follow_up.wall_ms, 95) / pct(floor_ms, 95), 2),
+    }
+    print(f"service ÷ floor (learning {learning}, {n:,} traces) — {machine_line(info)}")
+    for label, values, r50, r95 in (
+        ("turn.start, new task", ts, ratios["turnStartP50"], ratios["turnStartP95"]),
+        ("turn.start, conversation", service.follow_up.wall_ms, ratios["conversationP50"], ratios["conversationP95"]),
+    ):
+        print(
+            f"  {label:<25} p50 {pct(values, 50):6.1f} ÷ {pct(floor_ms, 50):5.1f} = {r50:.2f};  "
+            f"p95 {pct(values, 95):6.1f} ÷ {pct(floor_ms, 95):5.1f} = {r95:.2f}"
+        )
+    print(
+        f"  floor = the query embedded alone + exact numpy top-20 over {vectors:,} vectors, same model loaded the "
+        f"plain way; target p95 ≤ 2× at 10k: {'met' if ratios['turnStartP95'] <= 2 else 'NOT met'}"
+    )
+    return {"floorTurnStartMs": dist_json(floor_ms), "floorVectors": vectors, "ratios": ratios}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,100000", help="comma-separated trace counts")
-    parser.add_argument("--queries", type=int, default=200, help="timed calls per method and size")
-    parser.add_argument("--quick", action="store_true", help="2,000 traces and 50 queries")
-    parser.add_argument("--keep", metavar="DIR", help="build the data homes under DIR and keep them")
-    args = parser.parse_args()
-    sizes = [2_000] if args.quick else [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
-    n_queries = 50 if args.quick else args.queries
-    print(
-        f"memos-bridge retrieval benchmark ({'quick' if args.quick else 'full'}): sizes {sizes}, "
-        f"{n_queries} queries; python {sys.version.split()[0]}, {os.cpu_count()} cpus, {load_average()}"
+    parser.add_argument("--learning", choices=("on", "off"), default="on", help="off: lightweight mode")
+    parser.add_argument(
+        "--corpus",
+        choices=("service", "synthetic"),
+        default="service",
+        help="service: fill through the running service (realistic workload); synthetic: bulk-built database",
     )
+    parser.add_argument("--steps", type=int, help="traces to store (service corpus default 10000; synthetic: --sizes)")
+    parser.add_argument("--sizes", default="10000,100000", help="synthetic corpus: comma-separated trace counts")
+    parser.add_argument("--queries", type=int, default=200, help="timed calls per method and size")
+    parser.add_argument("--quick", action="store_true", help="1,000 steps (synthetic: 2,000 traces) and 50 queries")
+    parser.add_argument("--keep", metavar="DIR", help="build the data homes under DIR and keep them")
+    parser.add_argument("--out", help="write the figures as JSON to this file")
+    parser.add_argument("--profile", metavar="DIR", help="record the service with py-spy per phase into DIR")
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    args = parser.parse_args()
+    service_corpus = args.corpus == "service"
+    if args.steps:
+        sizes = [args.steps]
+    elif service_corpus:
+        sizes = [1_000 if args.quick else 10_000]
+    else:
+        sizes = [2_000] if args.quick else [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    n_queries = 50 if args.quick else args.queries
+    learning = args.learning == "on"
+    info = machine()
+    print(
+        f"memos-bridge retrieval benchmark ({'quick' if args.quick else 'full'}): {args.corpus} corpus, learning "
+        f"{args.learning}, sizes {sizes}, {n_queries} queries"
+    )
+    print(machine_line(info))
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv),
+        "machine": info,
+        "learning": args.learning,
+        "corpus": args.corpus,
+        "sizes": [],
+    }
     started = time.perf_counter()
     for n in sizes:
         with contextlib.ExitStack() as stack:
@@ -1072,13 +1227,84 @@ def main() -> int:
                 home.mkdir(parents=True, exist_ok=False)
             else:
                 home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-retrieval-{n}-")))
-            build = build_database(home, n)
-            queries = make_queries(build.corpus, n_queries, seed=1000 + n)
-            searches = make_queries(build.corpus, n_queries, seed=2000 + n)
-            service = run_service(home, build.corpus, queries, searches)
-            comps = time_components(home, build.corpus, queries)
+            entry: dict[str, Any] = {"traces": n}
+            if service_corpus:
+                fill = fill_through_service(home, n, {} if learning else LIGHTWEIGHT, args.profile, args.rate)
+                build, profiler = fill.build, fill.profiler
+                queries = workload_queries(n_queries, seed=1000 + n)
+                searches = workload_queries(n_queries, seed=2000 + n)
+                warm = [q.text for q in workload_queries(WARMUP_CALLS, seed=11)]
+                entry.update(workload=fill.workload.as_json(), flushS=round(fill.flush_s, 2), stages=fill.stages)
+                others = fill.others
+                service = run_service(
+                    home, 10**13, warm, queries, searches, client=fill.client, profiler=profiler, others=others
+                )
+                model = FloorModel(home)
+                query_vecs: FloatMatrix = model.embed([q.text for q in queries])
+            else:
+                build = build_database(home, n)
+                assert build.corpus is not None
+                corpus = build.corpus
+                queries = make_queries(corpus, n_queries, seed=1000 + n)
+                searches = make_queries(corpus, n_queries, seed=2000 + n)
+                warm_rng = random.Random(11)
+                warm = [corpus.vocab.text(warm_rng.randint(6, 14), warm_rng.randrange(TOPICS)) for _ in range(20)]
+                service = run_service(
+                    home,
+                    corpus.last_ts + 24 * HOUR_MS,
+                    warm,
+                    queries,
+                    searches,
+                    env=HOLD_LEARNING if learning else LIGHTWEIGHT,
+                    others=(others := Others()),
+                )
+                profiler = Profiler(None, 0, args.rate)
+                model = FloorModel(home)
+                query_vecs = corpus.vectors([q.topic for q in queries], mix=2.0)
+            comps = time_components(home, queries, query_vecs)
             report(n, build, service, comps, n_queries)
+            with others.phase("floor"):
+                matrix = stored_vectors(home / "memos.db")
+                floor_ms = turn_start_floor(model, matrix, [q.text for q in queries])
+            vectors = int(matrix.shape[0])
+            del matrix, model
+            print()
+            entry.update(floor_report(n, service, floor_ms, vectors, args.learning, info))
+            print(f"  {others.line()}")
+            entry["othersCpu"] = others.phases
+            entry.update(
+                counts=build.counts,
+                buildS=round(build.seconds, 1),
+                rssMiB=round(service.rss_mib),
+                turnStartMs=dist_json(service.turn_start.wall_ms),
+                turnStartServiceTotalMs=dist_json(service.turn_start.service_ms),
+                conversationMs=dist_json(service.follow_up.wall_ms),
+                searchMs=dist_json(service.search.wall_ms),
+                components={
+                    "embedMs": dist_json(comps.embed_ms),
+                    "vectorMs": dist_json(comps.vector_ms),
+                    "ftsWordMs": dist_json(comps.fts_word_ms),
+                },
+            )
+            if entry.get("stages"):
+                print()
+                print_stages(
+                    "learning chain per episode and stage, during the workload (last 256 runs; CPU counts the turns "
+                    "captured meanwhile):",
+                    entry["stages"],
+                    "wallMs",
+                    "cpuMs",
+                )
+            for name, summary in profiler.summaries.items():
+                print()
+                print_profile(name, summary)
+            entry["profiles"] = profiler.summaries
+            results["sizes"].append(entry)
     print(f"\ntotal run time {time.perf_counter() - started:.0f} s; {load_average()}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
     return 0
 
 
