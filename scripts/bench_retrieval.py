@@ -1,11 +1,30 @@
 #!/usr/bin/env python3
-"""Retrieval latency and memory benchmark for memos-bridge at 10k and 100k traces; prints its figures.
+"""Retrieval latency and memory benchmark for memos-bridge, each turn.start figure beside its floor.
 
-    python scripts/bench_retrieval.py                                   # full run: 10k and 100k traces
-    python scripts/bench_retrieval.py --quick                           # 2,000 traces, 50 queries (smoke)
-    python scripts/bench_retrieval.py --sizes 10000,100000 --queries 200
+    python scripts/bench_retrieval.py                        # 10k steps through the service, learning on
+    python scripts/bench_retrieval.py --learning off         # the same, the service in lightweight mode
+    python scripts/bench_retrieval.py --quick                # 1,000 steps, 50 queries (smoke)
+    python scripts/bench_retrieval.py --corpus synthetic      # bulk-built corpora of 10k and 100k traces
+    python scripts/bench_retrieval.py --corpus synthetic --sizes 10000,100000 --queries 200
+    python scripts/bench_retrieval.py --out docs/eval/floor-retrieval.json --profile /tmp/prof
 
-For each corpus size N the script
+Two corpora:
+
+* `--corpus service` (the default): the service is spawned on an empty home and the realistic workload of
+  `bench_transport.py` is driven into it (`--steps`, default 10,000: 8 hosts, tasks of five turns of four
+  steps, a verdict on every fourth task), learning on or off (`--learning`); after `memory.flush` the
+  queries below are timed in that same service (so with learning on, the home holds what it learned and the
+  queries' own episodes are learned from as usual). Queries are 12-word requests in the workload's language.
+* `--corpus synthetic`: for each size N, the bulk-built database described below (fast enough for 100k);
+  learning on holds the chains back as described, learning off runs the service in lightweight mode.
+
+In both, after the service has stopped, the floor is measured in this process: the same model loaded the plain
+way (fastembed `TextEmbedding` on the service's packaged model folder) embeds each query text alone, plus an
+exact numpy top-20 over every vector stored in the home; the service's turn.start latencies are printed beside
+it with the ratios (target p95 ≤ 2× at 10k steps). `--profile DIR` records the service with py-spy while the
+workload runs and while turn.start is timed (see `bench_transport.py`); `--out` writes every figure as JSON.
+
+For each synthetic corpus size N the script
 
 1. builds a data home in a temporary directory (`--keep DIR` keeps them) and fills its SQLite database
    directly through `Database` (which runs the migrations) and the ORM: bulk `insert()` in transactions of
