@@ -878,9 +878,7 @@ class Retriever:
         floor = self._settings.lesson_min_similarity
         files_of_steps = _step_files(candidates)
         boilerplate = _boilerplate_files(files_of_steps)
-        request_files = [f for f in _files(request) if f not in boilerplate]
-        subject_files = _request_files(request, boilerplate)
-        outputs = requested_outputs(request)
+        files = _RequestFiles.of(request, boilerplate)  # once per request, not per candidate
         request_words = min(2, len(specific_tokens(request))) or 1  # a one-word query needs its one word
         kept: list[Candidate] = []
         for cand in candidates:
@@ -888,18 +886,18 @@ class Retriever:
             needed = floor
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
                 own = [f for f in files_of_steps.get(cand.ref_id, []) if f not in boilerplate]
-                deciding = [f for f in own if f not in outputs and f not in _shared_output(own, subject_files)]
-                gated = bool(request_files and own) and not mentions(request, deciding)
+                deciding = [f for f in own if f not in files.outputs and f not in _shared_output(own, files.subject)]
+                gated = bool(files.named and own) and not mentions(request, deciding)
                 needed = SAME_STEP_SIMILARITY
             elif isinstance(payload, SkillSnippet):
                 terms = skill_subject_terms(payload)
-                gated = bool(terms) and not mentions(request, _deciding_terms(terms, request, boilerplate))
+                gated = bool(terms) and not mentions(request, _deciding_terms(terms, files))
             elif isinstance(payload, ExperienceSnippet) and payload.experience_type in TASK_RECORD_TYPES:
                 # A record of past tasks rather than a lesson (a procedure induced from successes, a "what
                 # worked" note): like a past step, about the names it gives, or, naming none, its own words.
                 named = _named_subjects(payload)
                 if named:
-                    gated = not mentions(request, _deciding_terms(named, request, boilerplate))
+                    gated = not mentions(request, _deciding_terms(named, files))
                 else:
                     words = _record_words(payload)
                     gated = bool(words) and not shares_words(request, words, request_words)
@@ -907,9 +905,7 @@ class Retriever:
             elif isinstance(payload, ExperienceSnippet) and not payload.lesson:
                 gated = False  # a preference or rule stored without a lesson record: left to the ranking
             else:
-                gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(
-                    payload, request, boilerplate
-                )
+                gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request, files)
             if gated and _vector_score(cand) < needed:
                 continue  # not about this request's subject: only a close match in meaning brings it
             kept.append(cand)
@@ -1069,11 +1065,11 @@ def _record_words(exp: ExperienceSnippet) -> list[str]:
 RECORD_WORDS = 6
 
 
-def _about(payload: ExperienceSnippet | WorldSnippet, request: str, boilerplate: frozenset[str] = frozenset()) -> bool:
+def _about(payload: ExperienceSnippet | WorldSnippet, request: str, files: _RequestFiles | None = None) -> bool:
     """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
     nothing, two of its own words). A boilerplate file among its terms (every task's output file) says nothing
     about its subject."""
-    terms = _deciding_terms(_subject_terms(payload), request, boilerplate)
+    terms = _deciding_terms(_subject_terms(payload), files or _RequestFiles.of(request, frozenset()))
     if terms:
         return mentions(request, terms)
     return isinstance(payload, ExperienceSnippet) and bool(payload.words) and shares_words(request, payload.words)
@@ -1088,22 +1084,34 @@ TASK_RECORD_TYPES: frozenset[str] = frozenset({"procedural", "success_pattern"})
 SAME_STEP_SIMILARITY = 0.85
 
 
-def _deciding_terms(terms: list[str], request: str, boilerplate: frozenset[str]) -> list[str]:
+@dataclass(frozen=True)
+class _RequestFiles:
+    """The files of a request, sorted once for the subject gate: `named` (every file it names but boilerplate),
+    `outputs` (those it asks to be written: "Write … to answer.json", every task of a harness names its answer
+    file) and `subject` (named, without the outputs: what it is about)."""
+
+    named: list[str]
+    outputs: frozenset[str]
+    subject: list[str]
+    boilerplate: frozenset[str]
+
+    @classmethod
+    def of(cls, request: str, boilerplate: frozenset[str]) -> _RequestFiles:
+        named = [f for f in _files(request) if f not in boilerplate]
+        outputs = frozenset(requested_outputs(request))
+        return cls(named, outputs, [f for f in named if f not in outputs], boilerplate)
+
+
+def _deciding_terms(terms: list[str], files: _RequestFiles) -> list[str]:
     """The subject terms of a lesson, world model or skill that can tie it to the request: without boilerplate
     files or the file the request asks to be written, and without the files it shares with a request about other
     files (`_shared_output`); its own files still tie it to a request about the same file or a sibling file of
     the same house."""
-    skipped = boilerplate | requested_outputs(request)
+    skipped = files.boilerplate | files.outputs
     kept = [term for term in terms if term.casefold() not in skipped]
-    files = [term.casefold() for term in kept if _files(term) == [term.casefold()]]
-    return [term for term in kept if term.casefold() not in _shared_output(files, _request_files(request, boilerplate))]
-
-
-def _request_files(request: str, boilerplate: frozenset[str]) -> list[str]:
-    """The files a request is about: those it names, without boilerplate and without the files it asks to be
-    written ("Write … to answer.json": every task of a harness names its answer file)."""
-    outputs = requested_outputs(request)
-    return [f for f in _files(request) if f not in boilerplate and f not in outputs]
+    own = [term.casefold() for term in kept if _files(term) == [term.casefold()]]
+    shared = _shared_output(own, files.subject)
+    return [term for term in kept if term.casefold() not in shared]
 
 
 def _shared_output(own: list[str], request_files: list[str]) -> set[str]:

@@ -12,7 +12,12 @@ from memos_bridge.rules.text import is_tool_call_line
 
 
 def test_an_output_file_shared_with_a_request_about_other_files_does_not_tie_them() -> None:
-    from memos_bridge.retrieval.engine import _deciding_terms, _shared_output
+    from memos_bridge.retrieval.engine import _RequestFiles, _shared_output
+
+    def _deciding_terms(terms: list[str], request: str, boilerplate: frozenset[str]) -> list[str]:
+        from memos_bridge.retrieval.engine import _deciding_terms as deciding
+
+        return deciding(terms, _RequestFiles.of(request, boilerplate))
 
     # each side names a data file the other does not: the shared answer file is every task's output
     assert _shared_output(["kingsmere_jobs.csv", "answer.json"], ["larchmont_snapshots.csv", "answer.json"]) == {
