@@ -86,7 +86,16 @@ REF_KIND: dict[str, Any] = {
 ALL_CHANNELS = fusion.VECTOR_CHANNELS | fusion.KEYWORD_CHANNELS | fusion.STRUCTURAL_CHANNELS
 EPISODE_GOAL_MIN_SIM = 0.45
 MAX_ROLLUPS = 3
-RENDER_RESERVE_S = 0.03  # of a turn's deadline, kept for hydration, ranking and rendering
+# Of a turn's deadline, the part kept for hydration, ranking and rendering once the channels stop: a share of
+# the time left (a busy machine slows the hydration read too), at least the floor, at most the ceiling.
+RENDER_RESERVE_SHARE = 0.15
+RENDER_RESERVE_MIN_S = 0.03
+RENDER_RESERVE_MAX_S = 0.15
+
+
+def render_reserve_s(left_s: float) -> float:
+    """Seconds of `left_s` kept back from the channels for the work after them."""
+    return min(RENDER_RESERVE_MAX_S, max(RENDER_RESERVE_MIN_S, left_s * RENDER_RESERVE_SHARE))
 GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
 WORLD_MIN_CONFIDENCE = 0.2  # reference minConfidenceForRetrieval, which its Tier-3 never applied
@@ -545,7 +554,8 @@ class Retriever:
         run = channels if early and channels is not None else ChannelRun(self, spec, query_vector)
         # The channels get the deadline minus a reserve for hydration, ranking and rendering; when they run
         # out of time, what they have found so far is used (stats.degraded says so) instead of nothing.
-        budget = None if deadline_at is None else (deadline_at - now_ms()) / 1000 - RENDER_RESERVE_S
+        time_left_s = None if deadline_at is None else (deadline_at - now_ms()) / 1000
+        budget = None if time_left_s is None else time_left_s - render_reserve_s(time_left_s)
         with anyio.move_on_after(budget) as channel_scope:
             if early:
                 await run.wait()  # started next to the routing write (turn.start)
