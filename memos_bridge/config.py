@@ -73,6 +73,11 @@ class EmbeddingSettings(_Section):
         description="Let ONNX Runtime's threads busy-wait between operators (off: on few cores they starve the "
         "service's own threads).",
     )
+    step_vectors: Literal["one", "two"] = Field(
+        "one",
+        description="Model runs per captured step: one (the step's summary, or a said line's words, serves the "
+        "summary and the action channels: capture costs about half) or two (the action line embedded apart).",
+    )
 
 
 class CaptureSettings(_Section):

@@ -23,8 +23,9 @@ Figures:
   size, queries one at a time, each a new task;
 - the floors, in this process after the service has stopped, with the same model loaded the plain way
   (fastembed `TextEmbedding` on the service's packaged model folder, fastembed's defaults): capture floor =
-  the same texts the service embedded for the workload's steps (two per step: summary and action, built by
-  the service's own `extract_steps`; the first `--floor-steps`, default 3,000), batches of 16, in steps/s, in
+  each workload step's two texts (its summary and its action line, built by the service's own
+  `extract_steps`; the service embeds one text per step under the default `embedding.step_vectors = "one"`,
+  both under "two"); the first `--floor-steps`, default 3,000), batches of 16, in steps/s, in
   the order they came and again sorted by length (the service sorts each coalesced batch by length, so its
   batches pad less than the plain way's); turn.start floor = embedding the same query
   texts one at a time plus an exact numpy top-20 over every vector the service holds (traces' two, policies',
@@ -852,6 +853,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as home:
         client = ServiceClient.spawn(home, env=env)
         client.call("core.health")
+        step_vectors = load_settings(home).embedding.step_vectors  # what the service read: same env and home
+        results["stepVectors"] = step_vectors
         proc = client.process
         assert proc is not None
         if not args.workload_only:
@@ -1018,6 +1021,11 @@ def main() -> int:
         "turnStartP95": round(p95_ratio, 2),
     }
     print(f"service ÷ floor (learning {args.learning}, {total:,} traces) — {machine_line(info)}")
+    print(
+        f"  (the service runs the model {'once' if step_vectors == 'one' else 'twice'} per step, "
+        f"embedding.step_vectors = {step_vectors}; the capture floor embeds each step's summary and action "
+        "line apart, two texts per step)"
+    )
     print(
         f"  capture steps/s:   {work.steps_per_s:7.1f} ÷ {floor_capture:7.1f} = {cap_ratio:.2f}  "
         f"(target ≥ 0.8: {'met' if cap_ratio >= 0.8 else 'NOT met'}; floor = {2 * len(pairs):,} texts, batches of 16)"

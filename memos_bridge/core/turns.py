@@ -424,7 +424,7 @@ class TurnService:
                 trace = self._trace_row(row, turn, step, vectors)
                 repos.add(db, trace)
                 if step.key not in vectors:
-                    self._queue_embedding_retry(db, trace, step)
+                    self._queue_embedding_retry(db, trace, step, self._settings.embedding.step_vectors)
                 created.append(trace)
                 ids.append(trace.id)
             if created:
@@ -470,17 +470,18 @@ class TurnService:
         """Summary and action vectors for each step, in one batch; on failure capture goes on without."""
         if not steps:
             return {}, None
-        texts = [s.summary_embed_text() for s in steps] + [s.action_embed_text() for s in steps]
+        pairs = [step.embed_texts(self._settings.embedding.step_vectors) for step in steps]
+        texts = list(dict.fromkeys(text for pair in pairs for text in pair))  # equal texts embedded once
         try:
             matrix = await self._embedder.embed(texts, role="document")
         except MemosError as exc:
             log.warning("capture without vectors (queued for retry): %s", exc.message)
             return {}, exc.code.value
-        count = len(steps)
-        return {
-            step.key: (to_blob(np.asarray(matrix[i])), to_blob(np.asarray(matrix[count + i])))
-            for i, step in enumerate(steps)
-        }, None
+        blobs = {text: to_blob(np.asarray(matrix[i])) for i, text in enumerate(texts)}
+        vectors = {
+            step.key: (blobs[summary], blobs[action]) for step, (summary, action) in zip(steps, pairs, strict=True)
+        }
+        return vectors, None
 
     def _trace_row(
         self,
@@ -519,12 +520,9 @@ class TurnService:
         )
 
     @staticmethod
-    def _queue_embedding_retry(db: Session, trace: TraceRow, step: StepDraft) -> None:
+    def _queue_embedding_retry(db: Session, trace: TraceRow, step: StepDraft, step_vectors: str) -> None:
         now = now_ms()
-        for field_name, text in (
-            ("vec_summary", step.summary_embed_text()),
-            ("vec_action", step.action_embed_text()),
-        ):
+        for field_name, text in zip(("vec_summary", "vec_action"), step.embed_texts(step_vectors), strict=True):
             db.add(
                 EmbeddingRetryRow(
                     target_kind="trace",

@@ -96,6 +96,8 @@ RENDER_RESERVE_MAX_S = 0.15
 def render_reserve_s(left_s: float) -> float:
     """Seconds of `left_s` kept back from the channels for the work after them."""
     return min(RENDER_RESERVE_MAX_S, max(RENDER_RESERVE_MIN_S, left_s * RENDER_RESERVE_SHARE))
+
+
 GOAL_MARGIN = 0.05  # a roll-up needs the task's goal to match about as well as its best step
 WORLD_MIN_SIM = 0.15
 WORLD_MIN_CONFIDENCE = 0.2  # reference minConfidenceForRetrieval, which its Tier-3 never applied

@@ -130,3 +130,15 @@ def test_embed_texts_split_intent_and_action() -> None:
     assert "why does parsing fail" in tool.summary_embed_text()
     assert "bash(" in tool.action_embed_text()
     assert reply.action_embed_text().startswith("Use the namespace")
+
+
+def test_one_step_vector_embeds_the_summary_for_actions_and_keeps_a_said_lines_two_views() -> None:
+    turn = _turn(agentText="Use the namespace", toolCalls=[{"name": "bash", "input": "grep ns", "output": "ok"}])
+    tool, reply = extract_steps(turn, "why does parsing fail", 1, SETTINGS)
+    assert tool.embed_texts("one") == (tool.summary, tool.summary)
+    assert reply.embed_texts("one") == (reply.summary, reply.summary)
+    assert tool.embed_texts("two") == (tool.summary_embed_text(), tool.action_embed_text())
+    said = "Caroline: " + "I went to the LGBTQ support group yesterday and it was so powerful, " * 3
+    (note,) = extract_steps(_turn(), said, 1, SETTINGS)
+    summary, words = note.embed_texts("one")
+    assert summary == note.summary and words == note.action_embed_text() and len(words) > len(summary)

@@ -210,3 +210,34 @@ async def test_a_stale_remembered_namespace_never_leaks_another_namespaces_memor
     r2 = await _start(core, "se_b", "rotate the TLS certificates with certbot", 20, namespace={"profileId": "bob"})
     assert secret.trace_id not in [h.ref_id for h in r2.hits]
     assert "alice" not in r2.injected_context
+
+
+@pytest.mark.parametrize("step_vectors", ["one", "two"])
+async def test_capture_runs_the_model_once_per_step_unless_told_twice(core_factory: Any, step_vectors: str) -> None:
+    """`embedding.step_vectors = "one"` (the default) stores one vector in both trace columns, embedded once
+    per step; "two" embeds the action line apart."""
+    core = await core_factory(embedding={"step_vectors": step_vectors})
+    texts: list[str] = []
+    inner = core.embedder.embed  # type: ignore[attr-defined]
+
+    async def counting(batch: Any, role: Any = "document") -> Any:
+        texts.extend(batch)
+        return await inner(batch, role)
+
+    core.embedder.embed = counting  # type: ignore[method-assign]
+    started = await _start(core, "se_v", "why does the 13F parse fail", 0)
+    end = await _end(
+        core,
+        "se_v",
+        started.query.episode_id or "",
+        1,
+        userText="why does the 13F parse fail",
+        agentText="The infoTable elements carry a namespace; parse with it.",
+        toolCalls=[{"name": "bash", "input": {"cmd": "python parse.py"}, "output": "KeyError: 'nameOfIssuer'"}],
+    )
+    rows = [await core.db.read(lambda db, i=i: repos.get_trace(db, i)) for i in end.trace_ids]
+    step_texts = [t for t in texts if t != "why does the 13F parse fail"]  # the turn.start query, if any
+    assert len(step_texts) == len(rows) * (1 if step_vectors == "one" else 2)
+    for row in rows:
+        assert row is not None and row.vec_summary and row.vec_action
+        assert (row.vec_summary == row.vec_action) == (step_vectors == "one")

@@ -2,8 +2,9 @@
 
 An export without vectors is smaller and model-independent; the price is that the import embeds again. To
 give back the same recall, each kind is embedded from the text its own stage used:
-- a step: its summary (summary vector) and its action line (action vector), rebuilt by capture's own
-  `StepDraft` methods from the stored step;
+- a step: the texts capture embeds under `embedding.step_vectors` (its summary, or a said line's words, for
+  both vectors; or the summary and the action line apart), rebuilt by capture's own `StepDraft` from the
+  stored step;
 - a typed experience, a world model, a remembered memory: `embed_text` of `core/memories.py` (what an edit
   re-embeds too);
 - a skill: its name and the summary it was drafted with (kept in its procedure), else its guide;
@@ -71,11 +72,12 @@ def is_induced_policy(values: Mapping[str, Any]) -> bool:
     return values.get("induced_by") != EXPERIENCE_INDUCED_BY
 
 
-def text_for(kind: str, field: str, values: Mapping[str, Any]) -> str:
-    """The text a kind's vector column encodes (see the module docstring)."""
+def text_for(kind: str, field: str, values: Mapping[str, Any], step_vectors: str = "one") -> str:
+    """The text a kind's vector column encodes (see the module docstring); `step_vectors` is the setting
+    capture embeds steps with."""
     if kind == "trace":
-        step = _step(values)
-        return step.summary_embed_text() if field == "vec_summary" else step.action_embed_text()
+        summary_text, action_text = _step(values).embed_texts(step_vectors)
+        return summary_text if field == "vec_summary" else action_text
     row = SimpleNamespace(**values)
     if kind == "skill":
         procedure = values.get("procedure_json") or {}
@@ -105,7 +107,9 @@ async def _embed(ctx: LearningContext, wanted: dict[VectorKey, str]) -> dict[Vec
     return {key: vectors[text] for key, text in wanted.items()}
 
 
-def plan(records: Sequence[Record], present: Mapping[str, set[str]]) -> tuple[dict[VectorKey, str], list[Record]]:
+def plan(
+    records: Sequence[Record], present: Mapping[str, set[str]], step_vectors: str = "one"
+) -> tuple[dict[VectorKey, str], list[Record]]:
     """The texts to embed for rows that will be imported without a vector, keyed by (kind, id, column), and
     the induced policies whose vector is a mean of their steps' (computed once those are known). Rows already
     present (skipped by the import) are left out."""
@@ -121,7 +125,7 @@ def plan(records: Sequence[Record], present: Mapping[str, set[str]]) -> tuple[di
             if record.kind == "policy" and is_induced_policy(record.values):
                 induced.append(record)
                 continue
-            wanted[(record.kind, row_id, name)] = text_for(record.kind, name, record.values)
+            wanted[(record.kind, row_id, name)] = text_for(record.kind, name, record.values, step_vectors)
     return wanted, induced
 
 
@@ -148,7 +152,7 @@ async def embed_missing(
 ) -> dict[VectorKey, bytes]:
     """Vectors for every row to import that has none (see `plan`); raises MemosError when the model is down.
     The text work runs in a worker thread: a large import has many rows."""
-    wanted, induced = await anyio.to_thread.run_sync(plan, records, present)
+    wanted, induced = await anyio.to_thread.run_sync(plan, records, present, ctx.settings.embedding.step_vectors)
     found = await _embed(ctx, wanted)
     fallback = await anyio.to_thread.run_sync(policy_means, records, induced, found, ctx.vectors.dim)
     found.update(await _embed(ctx, fallback))
