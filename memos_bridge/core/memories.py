@@ -36,6 +36,7 @@ from memos_bridge.core.namespace import default_read_owner, list_scope, owner_fo
 from memos_bridge.core.strength import NOT_FOUND
 from memos_bridge.ids import new_id
 from memos_bridge.rules.sameness import same_statement
+from memos_bridge.storage.locks import lock_key
 from memos_bridge.storage.models import (
     AuditEventRow,
     MemoryRow,
@@ -202,6 +203,8 @@ class MemoryService:
     ) -> _Remembered:
         digest = content_hash(params.content)
         scope = memory_scope(owner)
+        # several services on one database: the same statement remembered through two of them merges into one
+        lock_key(db, f"memory.remember:{scope.profile_id}:{scope.workspace_id}:{params.type}:{digest}")
         stmt = select(MemoryRow).where(
             scope.clause(MemoryRow),
             MemoryRow.memory_type == params.type,

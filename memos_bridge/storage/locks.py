@@ -13,6 +13,10 @@ any number of services may serve one memory, and three tools keep them from step
   finds the winner's row and returns that one. Nothing is stored twice and the caller gets the same answer.
 * **Advisory locks** (`AdvisoryLock`): a named, database-wide lock that jobs of which one run at a time is
   enough (the decay job) try to take; a service that does not get it skips its turn.
+* **Keyed transaction locks** (`lock_key`): where no unique key can say "the same" (a remembered statement is
+  the same by its scope, type and normalised text, and is merged, not refused), a read-then-insert takes a
+  lock named after that key for the rest of its transaction, so the second service waits, then reads the
+  first one's row and merges into it.
 """
 
 from __future__ import annotations
@@ -88,6 +92,16 @@ async def write_first_wins(db: Database, fn: Callable[[Session], T], *, what: st
                 raise
             log.info("%s lost a unique-key race (attempt %d); reading the stored row", what, attempt)
     raise AssertionError("unreachable")
+
+
+def lock_key(db: Session, name: str) -> None:
+    """Hold a database-wide lock named `name` until `db`'s transaction ends, waiting for it when another
+    transaction holds it (`pg_advisory_xact_lock`); a no-op on SQLite, whose single writer serialises already.
+    Take it before the read of a read-then-write: under READ COMMITTED the read after the wait sees the row the
+    other transaction committed."""
+    if db.get_bind().dialect.name == "sqlite":
+        return
+    db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_key(name)})
 
 
 def advisory_key(name: str) -> int:
