@@ -17,6 +17,7 @@ never fails because of retrieval.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -1047,10 +1048,16 @@ _TOOL_CALL = re.compile(r"\b([A-Za-z_][\w.-]*)\(")
 _CHAIN_LINK = re.compile(r"([\w.-]+)\s*(?:→|->)\s*([\w.-]+)?")
 
 
-def _tool_names(exp: ExperienceSnippet) -> set[str]:
+def _tool_names(exp: ExperienceSnippet) -> frozenset[str]:
     """The tools a task record calls (case-folded): they say how it was done, not what it was about."""
-    tools = {m.group(1).casefold() for m in _TOOL_CALL.finditer(f"{exp.procedure} {exp.title}")}
-    return tools | {name.casefold() for pair in _CHAIN_LINK.findall(exp.title) for name in pair if name}
+    return _tools_in(exp.procedure, exp.title)
+
+
+@functools.lru_cache(maxsize=2048)
+def _tools_in(procedure: str, title: str) -> frozenset[str]:
+    """`_tool_names` of a record's texts, remembered: the same records come back turn after turn."""
+    tools = {m.group(1).casefold() for m in _TOOL_CALL.finditer(f"{procedure} {title}")}
+    return frozenset(tools | {name.casefold() for pair in _CHAIN_LINK.findall(title) for name in pair if name})
 
 
 def _named_subjects(exp: ExperienceSnippet) -> list[str]:

@@ -23,6 +23,7 @@ Pure.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -100,6 +101,13 @@ _NOT_PATHS: Final = frozenset({"and/or", "either/or", "w/o", "n/a", "i/o", "yes/
 def identifiers(text: str) -> list[str]:
     """Names in `text`, in order of appearance, each once (compared case-insensitively); a name inside a longer
     one (`answers` in `answers.json`) is dropped, and so are memory ids."""
+    return list(_identifiers(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _identifiers(text: str) -> tuple[str, ...]:
+    """`identifiers`, remembered per text: retrieval asks it about the same lessons, skills and records on
+    every turn (a dozen regular expressions each), so a cache of recent texts saves most of that work."""
     found: list[tuple[int, str]] = []
     for match in _QUOTED.finditer(text):
         value = next(g for g in match.groups() if g is not None).strip()
@@ -129,7 +137,7 @@ def identifiers(text: str) -> list[str]:
             continue
         seen.add(key)
         out.append(name)
-    return out
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------------------
