@@ -429,13 +429,16 @@ def host_script(tasks: list[Task], host: int) -> Script:
         task.episode_id = opened["episodeId"]
         for turn in task.turns:
             # as a host does: recall before the agent works, capture after it
-            yield "turn.start", {
-                "agent": turn["agent"],
-                "sessionId": session,
-                "episodeId": task.episode_id,
-                "userText": turn["userText"],
-                "ts": turn["ts"],
-            }
+            yield (
+                "turn.start",
+                {
+                    "agent": turn["agent"],
+                    "sessionId": session,
+                    "episodeId": task.episode_id,
+                    "userText": turn["userText"],
+                    "ts": turn["ts"],
+                },
+            )
             yield "turn.end", {**turn, "sessionId": session, "episodeId": task.episode_id}
         yield "episode.close", {"episodeId": task.episode_id}
         if task.feedback is not None:

@@ -206,7 +206,9 @@ def test_vectors_are_rebuilt_from_the_text_each_stage_embedded() -> None:
         "tool_calls_json": [{"name": "logrotate", "input": {"force": True}, "output": "rotated 3 files"}],
     }
     assert reembed.text_for("trace", "vec_summary", step) == step["summary"]
-    action = reembed.text_for("trace", "vec_action", step)
+    # by default a tool step embeds its summary once, for both vectors; with "two" the action line apart
+    assert reembed.text_for("trace", "vec_action", step) == step["summary"]
+    action = reembed.text_for("trace", "vec_action", step, "two")
     assert action.startswith("logrotate(") and "rotated 3 files" in action
     policy = {"title": "T", "trigger": "when X", "procedure": "1. do Y", "induced_by": "feedback.experience"}
     assert reembed.text_for("policy", "vec", policy) == "T\nwhen X\n1. do Y"
