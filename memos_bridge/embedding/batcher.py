@@ -44,8 +44,6 @@ class _Request(Generic[P, R]):
     error: BaseException | None = None
     #: True while this request's task is (or is about to become) the leader.
     lead: bool = False
-    #: Urgent requests (a query someone waits for) go into the next batch before every other request.
-    urgent: bool = False
 
 
 class BatchInterrupted(RuntimeError):
@@ -72,11 +70,8 @@ class MicroBatcher(Generic[P, R]):
         self.batches = 0
         self.requests = 0
 
-    async def submit(self, payload: P, size: int, *, urgent: bool = False) -> R:
-        """`urgent` requests (a `turn.start` query a host waits on) form the next batch on their own, ahead
-        of queued background work (captured steps): they wait for the running batch at most, never for the
-        queue behind it, and their batch stays small."""
-        request: _Request[P, R] = _Request(payload, size, urgent=urgent)
+    async def submit(self, payload: P, size: int) -> R:
+        request: _Request[P, R] = _Request(payload, size)
         with self._lock:
             self._pending.append(request)
             request.lead = lead = not self._leading
@@ -113,14 +108,11 @@ class MicroBatcher(Generic[P, R]):
 
     def _take(self) -> list[_Request[P, R]]:
         with self._lock:
-            urgent = [request for request in self._pending if request.urgent]
-            queue = urgent or self._pending
+            queue = self._pending
             batch: list[_Request[P, R]] = []
             total = 0
             while queue and (not batch or total + queue[0].size <= self.max_items):
                 request = queue.pop(0)
-                if queue is urgent:
-                    self._pending.remove(request)
                 batch.append(request)
                 total += request.size
             return batch

@@ -13,6 +13,11 @@ Design choices, and why:
 - **Never blocks the event loop.** Model calls run in a worker thread; ONNX Runtime releases the GIL.
   Concurrent `embed()` calls are coalesced by `MicroBatcher` into batches of up to
   `MAX_COALESCED_TEXTS` texts, which fastembed splits into `batch_size` chunks for ONNX Runtime.
+- **Queries never wait for documents.** Queries (a `turn.start` a host blocks on) and documents (captured
+  steps) have a batcher each, and the two may run the model at the same time (an ONNX Runtime session
+  is safe to run from several threads). Under many busy hosts the document batches are large (hundreds
+  of texts, most of a second); a query queued behind one waited for all of it, and that wait was most
+  of `turn.start`'s p95 under load. Queries still coalesce with each other.
 - **Less padding.** Within a batch, texts are sorted by length before chunking, so each chunk pads to
   a similar length; results are put back in input order. Vectors are the same either way (the mean
   pooling ignores padding) up to int8 dynamic-quantisation noise (cosine > 0.999).
@@ -126,11 +131,14 @@ class FastEmbedEmbedder:
         self._settings = settings
         self._models_dir = Path(models_dir)
         self._cache = EmbeddingCache(settings.cache_size)
-        self._batcher: MicroBatcher[tuple[Role, list[str]], Vectors] = MicroBatcher(
-            self._process, max(MAX_COALESCED_TEXTS, settings.batch_size)
-        )
+        size = max(MAX_COALESCED_TEXTS, settings.batch_size)
+        self._batchers: dict[Role, MicroBatcher[tuple[Role, list[str]], Vectors]] = {
+            role: MicroBatcher(self._process, size) for role in ROLES
+        }
         self._load_lock = threading.Lock()
-        self._infer_lock = threading.Lock()
+        #: One model run at a time per role; a query and a document batch may overlap.
+        self._infer_locks: dict[Role, threading.Lock] = {role: threading.Lock() for role in ROLES}
+        self._count_lock = threading.Lock()
         self._model: Any = None  # fastembed.TextEmbedding once loaded
         self._closed = False
         self._load_ms: float | None = None
@@ -153,7 +161,7 @@ class FastEmbedEmbedder:
         for start in range(0, len(missing), MAX_COALESCED_TEXTS):
             chunk = missing[start : start + MAX_COALESCED_TEXTS]
             try:
-                computed = await self._batcher.submit((role, chunk), len(chunk), urgent=role == "query")
+                computed = await self._batchers[role].submit((role, chunk), len(chunk))
             except MemosError as exc:
                 raise _fresh(exc) from exc
             except Exception as exc:  # a bug, not an outage; still never an unexpected type
@@ -195,7 +203,7 @@ class FastEmbedEmbedder:
 
     def close(self) -> None:
         """Drop the ONNX session (waits for a running batch); the embedder cannot be used afterwards."""
-        with self._load_lock, self._infer_lock:
+        with self._load_lock, self._infer_locks["query"], self._infer_locks["document"]:
             self._closed = True
             self._model = None
             self._cache.clear()
@@ -207,7 +215,7 @@ class FastEmbedEmbedder:
     @property
     def batches(self) -> int:
         """Coalesced batches run by the async path (each is one `model_calls` per role in it)."""
-        return self._batcher.batches
+        return sum(batcher.batches for batcher in self._batchers.values())
 
     # ----------------------------------------------------------------------------------- internals
 
@@ -249,7 +257,7 @@ class FastEmbedEmbedder:
         model = self._ensure_loaded()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         ordered = [texts[i] for i in order]
-        with self._infer_lock:
+        with self._infer_locks[role]:
             if self._closed:
                 raise _unavailable("the embedder is closed", model=self.name)
             try:
@@ -262,8 +270,9 @@ class FastEmbedEmbedder:
                 self._last_error = err.message
                 log.error("embedding %d texts failed: %r", len(texts), exc)
                 raise err from exc
-            self.model_calls += 1
-            self.texts_embedded += len(texts)
+            with self._count_lock:
+                self.model_calls += 1
+                self.texts_embedded += len(texts)
         result = np.empty((len(texts), self.dim), dtype=np.float32)
         result[order] = l2_normalise(raw)
         for text, vector in zip(texts, result, strict=True):
@@ -373,7 +382,7 @@ def _load_session(model: Any, threads: int | None, *, spinning: bool) -> None:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is not None:
             options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1  # one model run at a time (the embedder serialises them)
+        options.inter_op_num_threads = 1  # graph nodes run in order; runs overlap only across the two roles
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         inner.model = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
         inner._ensure_tokenizer()

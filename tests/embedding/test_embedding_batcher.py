@@ -140,27 +140,3 @@ async def test_cancelled_leader_still_delivers_and_hands_over() -> None:
     assert results["waiter"] == [4] and results.get("leader") in (None, [2])
     assert [[1]] in rec.batches and [[2]] in rec.batches
     assert not batcher._leading and batcher._pending == []
-
-
-async def test_urgent_requests_form_the_next_batch_ahead_of_queued_work() -> None:
-    """A query waits for the batch that is running, never for the documents queued behind it."""
-    rec = Recorder(delay=0.02)
-    rec.gate.clear()  # hold the first batch in the worker so the queue fills behind it
-    batcher = MicroBatcher(rec, max_items=4)
-    order: list[str] = []
-
-    async def call(name: str, payload: list[int], urgent: bool = False) -> None:
-        await batcher.submit(payload, len(payload), urgent=urgent)
-        order.append(name)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call, "running", [1])
-        await anyio.sleep(0.05)
-        for i in range(3):
-            tg.start_soon(call, f"doc{i}", [10 + i, 20 + i, 30 + i])
-        await anyio.sleep(0.05)
-        tg.start_soon(call, "query", [99], True)
-        await anyio.sleep(0.05)
-        rec.gate.set()
-    assert rec.batches[0] == [[1]] and rec.batches[1] == [[99]]
-    assert order.index("query") < min(order.index(f"doc{i}") for i in range(3))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import anyio
@@ -16,6 +17,7 @@ import pytest
 from memos_bridge.config import EmbeddingSettings
 from memos_bridge.contract.errors import ErrorCode, MemosError
 from memos_bridge.embedding import Embedder, create_embedder
+from memos_bridge.embedding.base import Role
 from memos_bridge.embedding.fastembed_provider import PACKAGED_FOLDER, FastEmbedEmbedder
 
 from .helpers import REPO_ROOT, cos
@@ -148,13 +150,44 @@ async def test_unexpected_failures_become_memos_errors(
     def broken(payloads: object) -> object:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(uncached._batcher, "_process", broken)
+    for batcher in uncached._batchers.values():
+        monkeypatch.setattr(batcher, "_process", broken)
     monkeypatch.setattr(uncached, "_process", broken)
     with pytest.raises(MemosError) as info:
         await uncached.embed(["x"])
     assert info.value.code is ErrorCode.EMBEDDING_UNAVAILABLE and "simulated bug" in info.value.message
     with pytest.raises(MemosError):
         uncached.embed_sync(["x"])
+
+
+@pytest.mark.anyio
+async def test_a_query_does_not_wait_for_a_running_document_batch(
+    uncached: FastEmbedEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Captured steps under load make long document batches; a turn.start's query runs beside one."""
+    release, entered = threading.Event(), threading.Event()
+    compute = uncached._compute
+
+    def held(texts: list[str], role: Role) -> np.ndarray:
+        if role == "document":
+            entered.set()
+            release.wait(30)
+        return compute(texts, role)
+
+    monkeypatch.setattr(uncached, "_compute", held)
+    documents: list[np.ndarray] = []
+
+    async def capture() -> None:
+        documents.append(await uncached.embed(["a captured step held inside the model"]))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(capture)
+        await anyio.to_thread.run_sync(entered.wait, 30)
+        with anyio.fail_after(10):
+            query = await uncached.embed(["what did the agent do"], role="query")
+        assert query.shape == (1, 384) and not documents  # answered while the document batch still runs
+        release.set()
+    assert documents and documents[0].shape == (1, 384)
 
 
 @pytest.mark.anyio
