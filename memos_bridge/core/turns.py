@@ -422,17 +422,15 @@ class TurnService:
                     ids.append(existing[step.key].id)
                     continue
                 trace = self._trace_row(row, turn, step, vectors)
-                repos.add(db, trace)
+                db.add(trace)  # flushed together below: one multi-row INSERT instead of one per step
                 if step.key not in vectors:
                     self._queue_embedding_retry(db, trace, step, self._settings.embedding.step_vectors)
                 created.append(trace)
                 ids.append(trace.id)
             if created:
+                db.flush()
                 row.trace_ids_json = [*(row.trace_ids_json or []), *(t.id for t in created)]
-            turn_row = db.get(TurnRow, turn.id)
-            if turn_row is not None:
-                turn_row.status = "ended"
-                turn_row.ended_at = params.ts
+            hotpath.end_turn(db, turn.id, params.ts)
             repos.log_api_call(
                 db,
                 "memory_add",

@@ -349,3 +349,11 @@ _SAVE_TURN_RESULT = text("UPDATE turns SET result_json = :result WHERE id = :id"
 def save_turn_result(db: Session, turn_row_id: int, result: dict[str, Any]) -> None:
     """Store a `turn.start` result on its turn row (it serves a retry with the same turnKey after a restart)."""
     db.execute(_SAVE_TURN_RESULT, {"id": turn_row_id, "result": result})
+
+
+_END_TURN = text("UPDATE turns SET status = 'ended', ended_at = :ended_at WHERE id = :id")
+
+
+def end_turn(db: Session, turn_row_id: int, ended_at: int) -> None:
+    """Mark a turn ended by `turn.end` (one statement; loading the row through the ORM cost more than it)."""
+    db.execute(_END_TURN, {"id": turn_row_id, "ended_at": ended_at})
