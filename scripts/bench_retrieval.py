@@ -100,6 +100,15 @@ from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_backends import (
+    PostgresHomes,
+    database_mib,
+    hnsw_deferred,
+    is_postgres,
+    postgres_server,
+    sqlite_url,
+    stored_vectors,
+)
 from bench_transport import (
     FloorModel,
     Others,
@@ -112,7 +121,6 @@ from bench_transport import (
     print_profile,
     print_stages,
     stage_table,
-    stored_vectors,
     turn_start_floor,
 )
 from bench_transport import dist as dist_json
@@ -517,9 +525,11 @@ def fts_deferred(db: Database, kind: FtsKind) -> Iterator[None]:
         db.write_sync(lambda s: [s.execute(sql_text(stmt)) for tok in TOKENIZERS for stmt in fts_ddl(spec, tok)])
 
 
-def build_database(home: Path, n_traces: int) -> BuildReport:
+def build_database(home: Path, n_traces: int, url: str | None = None) -> BuildReport:
     """Sessions and episodes first (FK parents), then traces streamed in chunks, then the episodes' and
-    sessions' end times and trace lists, then policies, skills and world models."""
+    sessions' end times and trace lists, then policies, skills and world models. `url`: the database (default
+    the home's SQLite file); on PostgreSQL the traces' HNSW indexes are built once after the load instead of
+    the FTS5 triggers' deferral (its full-text side tables are filled by their triggers, row by row)."""
     started = time.perf_counter()
     corpus = Corpus(n_traces)
     rng = corpus.rng
@@ -590,14 +600,19 @@ def build_database(home: Path, n_traces: int) -> BuildReport:
                 pending = []
         yield from finish(pending)
 
-    db = Database(f"sqlite:///{home / 'memos.db'}")
+    url = url or sqlite_url(home)
+    postgres = is_postgres(url)
+    db = Database(url)
     db.open()
     try:
         counts = {
             "sessions": _insert_chunks(db, SessionRow, session_rows()),
             "episodes": _insert_chunks(db, EpisodeRow, episode_rows()),
         }
-        with fts_deferred(db, "trace"):
+        deferred = (
+            hnsw_deferred(db, "trace", ("vec_summary", "vec_action"), DIM) if postgres else fts_deferred(db, "trace")
+        )
+        with deferred:
             counts["traces"] = _insert_chunks(db, TraceRow, trace_rows())
         corpus.last_ts = max(episode_end)
         _update_chunks(
@@ -628,9 +643,9 @@ def build_database(home: Path, n_traces: int) -> BuildReport:
         counts["skills"] = _insert_chunks(db, SkillRow, skill_rows(corpus, max(1, n_traces // 1000)))
         counts["world_models"] = _insert_chunks(db, WorldModelRow, world_rows(corpus, max(1, n_traces // 1000)))
     finally:
-        db.close()  # the last connection checkpoints the WAL into memos.db
-    size = sum(p.stat().st_size for p in home.glob("memos.db*")) / 2**20
-    return BuildReport(time.perf_counter() - started, size, counts, corpus)
+        db.close()  # on SQLite the last connection checkpoints the WAL into memos.db
+    how = "ORM bulk insert + HNSW build (PostgreSQL)" if postgres else "ORM bulk insert + FTS5 rebuild"
+    return BuildReport(time.perf_counter() - started, database_mib(url), counts, corpus, how)
 
 
 def _some_trace_ids(corpus: Corpus, k: int) -> list[str]:
@@ -860,6 +875,13 @@ class ServiceReport:
     follow_up: Timing
     search: Timing
     rss_mib: float
+    ingest_ms: list[float] = field(default_factory=list)  # turn.end wall time per call
+    ingest_steps: int = 0  # steps those calls stored
+
+    @property
+    def ingest_steps_per_s(self) -> float:
+        seconds = sum(self.ingest_ms) / 1000
+        return self.ingest_steps / seconds if seconds else math.nan
 
 
 HOLD_LEARNING = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "86400"}
@@ -921,12 +943,55 @@ def run_service(
         search_params = [{"agent": AGENT, "namespace": namespace, "query": q.text} for q in searches]
         timed_calls(client, "memory.search", search_params[:5])  # warm the tool-driven path too
         search = timed_calls(client, "memory.search", search_params)
+        ingest_ms, ingest_steps = time_ingest(client, [q.text for q in searches], ts + gap)
         proc = client.process
         assert proc is not None
         rss = rss_mib(proc.pid)
     finally:
         client.close()
-    return ServiceReport(spawn_s, first_turn_s, warmup.wall_ms, turn_start, follow_up, search, rss)
+    return ServiceReport(
+        spawn_s, first_turn_s, warmup.wall_ms, turn_start, follow_up, search, rss, ingest_ms, ingest_steps
+    )
+
+
+INGEST_TURNS = 40
+
+
+def time_ingest(client: ServiceClient, texts: list[str], ts: int) -> tuple[list[float], int]:
+    """Capture on the full home: `INGEST_TURNS` turns (a new task every fifth), each a `turn.start` and a
+    timed `turn.end` of four steps (three tool calls whose outputs are corpus texts, and a reply). Returns
+    the turn.end wall times (ms) and the steps stored."""
+    wall_ms: list[float] = []
+    steps = 0
+    session = ""
+    for i in range(INGEST_TURNS):
+        text = texts[i % len(texts)]
+        if i % 5 == 0:
+            session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        ts += 60_000
+        started = client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": text, "ts": ts})
+        words = text.split()
+        calls = [
+            {
+                "name": "bash",
+                "input": {"cmd": f"grep -n {words[(i + k) % len(words)]} src/module_{k}.py"},
+                "output": " ".join(words[k:] + words[:k]),
+            }
+            for k in range(3)
+        ]
+        params = {
+            "agent": AGENT,
+            "sessionId": session,
+            "episodeId": started["query"]["episodeId"],
+            "toolCalls": calls,
+            "agentText": f"Done: {text}",
+            "ts": ts + 1_000,
+        }
+        begun = time.perf_counter()
+        result = client.call("turn.end", params, timeout=120)
+        wall_ms.append((time.perf_counter() - begun) * 1000)
+        steps += len(result["traceIds"])
+    return wall_ms, steps
 
 
 @dataclass
@@ -940,16 +1005,19 @@ class Components:
     note: str = ""
 
 
-def time_components(home: Path, queries: list[Query], query_vecs: FloatMatrix) -> Components:
+def time_components(home: Path, queries: list[Query], query_vecs: FloatMatrix, url: str | None = None) -> Components:
     """The trace tier's retrieval pieces, run in this process on the same texts one at a time (the service
     embeds first, then runs every channel of every tier concurrently in worker threads). `query_vecs`: the
-    synthetic corpus's topic vectors (which find their topic's rows), or the texts' real embeddings."""
-    db = Database(f"sqlite:///{home / 'memos.db'}")
+    synthetic corpus's topic vectors (which find their topic's rows), or the texts' real embeddings. On
+    PostgreSQL the service searches vectors with pgvector, not in memory: the in-memory figures are left out."""
+    url = url or sqlite_url(home)
+    db = Database(url)
     db.open()
     try:
         started = time.perf_counter()
         indexes: list[VectorIndex] = []
-        for column in (TraceRow.vec_summary, TraceRow.vec_action):
+        in_memory = () if is_postgres(url) else (TraceRow.vec_summary, TraceRow.vec_action)
+        for column in in_memory:
 
             def load(s: Session, col: Any = column) -> VectorIndex:
                 index = VectorIndex(DIM)
@@ -963,7 +1031,7 @@ def time_components(home: Path, queries: list[Query], query_vecs: FloatMatrix) -
         index_load_ms = (time.perf_counter() - started) * 1000
 
         vector_ms: list[float] = []
-        for vec in query_vecs:
+        for vec in query_vecs if indexes else ():
             started = time.perf_counter()
             for index in indexes:
                 index.search(vec, 20, OWNER, min_score=0.25)
@@ -1112,12 +1180,14 @@ def dist(values: Sequence[float]) -> str:
     return f"p50 {pct(values, 50):.1f}  p95 {pct(values, 95):.1f} ms (n={len(values)})"
 
 
-def report(n: int, build: BuildReport, service: ServiceReport, comps: Components, n_queries: int) -> None:
+def report(
+    n: int, build: BuildReport, service: ServiceReport, comps: Components, n_queries: int, backend: str = "sqlite"
+) -> None:
     c = build.counts
     print()
     print(
-        f"=== {n:,} traces — {c['episodes']:,} episodes, {c['sessions']:,} sessions, {c['policies']:,} policies, "
-        f"{c['skills']:,} skills, {c['world_models']:,} world models ==="
+        f"=== {n:,} traces on {backend} — {c['episodes']:,} episodes, {c['sessions']:,} sessions, "
+        f"{c['policies']:,} policies, {c['skills']:,} skills, {c['world_models']:,} world models ==="
     )
     vocabulary = f", vocabulary {len(build.corpus.vocab.words):,} words" if build.corpus else ""
     print(f"build ({build.how}): {build.seconds:.1f} s, database {build.db_mib:.0f} MiB{vocabulary}")
@@ -1152,6 +1222,11 @@ def report(n: int, build: BuildReport, service: ServiceReport, comps: Components
     print(f"              {ms.hits_line()}")
     print(f"              {ms.tiers_line()}")
     print(f"              {ms.split_line()}")
+    if service.ingest_ms:
+        print(
+            f"ingest        ({len(service.ingest_ms)} sequential turn.end calls on the full home): "
+            f"{service.ingest_steps_per_s:.1f} steps/s; turn.end {dist(service.ingest_ms)}"
+        )
     rss_line = f"service RSS after the queries: {service.rss_mib:,.0f} MiB"
     if n <= RSS_TARGET_MAX_TRACES:
         ok = service.rss_mib <= RSS_TARGET_MIB
@@ -1162,8 +1237,8 @@ def report(n: int, build: BuildReport, service: ServiceReport, comps: Components
         "trace-tier components in-process, same query texts, one at a time:"
         f"\n  query embedding (real model):      {dist(comps.embed_ms)}"
         f"\n  vector search, 2 indexes, k=20:    {dist(comps.vector_ms)}  (index load {comps.index_load_ms:.0f} ms)"
-        f"\n  FTS5 word (porter), limit 20:      {dist(comps.fts_word_ms)}"
-        f"\n  FTS5 trigram (identifier queries): {dist(comps.fts_trigram_ms)}"
+        f"\n  full text, word, limit 20:         {dist(comps.fts_word_ms)}"
+        f"\n  full text, trigram (identifiers):  {dist(comps.fts_trigram_ms)}"
         f"\n  exact identifiers (trigram match): {dist(comps.exact_ms)}"
     )
     if comps.note:
@@ -1214,8 +1289,18 @@ def main() -> int:
     parser.add_argument("--out", help="write the figures as JSON to this file")
     parser.add_argument("--profile", metavar="DIR", help="record the service with py-spy per phase into DIR")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument(
+        "--storage-url",
+        metavar="URL",
+        help="synthetic corpus: run every size on SQLite and then on this PostgreSQL server (a database per size, "
+        "created and dropped here; `pgserver` starts a private throw-away server)",
+    )
     args = parser.parse_args()
     service_corpus = args.corpus == "service"
+    if args.storage_url and service_corpus:
+        parser.error("--storage-url needs --corpus synthetic")
+    if args.storage_url and args.storage_url != "pgserver" and not is_postgres(args.storage_url):
+        parser.error("--storage-url must be a postgresql+psycopg:// URL or `pgserver`")
     if args.steps:
         sizes = [args.steps]
     elif service_corpus:
@@ -1239,92 +1324,126 @@ def main() -> int:
         "sizes": [],
     }
     started = time.perf_counter()
-    for n in sizes:
-        with contextlib.ExitStack() as stack:
-            if args.keep:
-                home = Path(args.keep) / f"home-{n}"
-                home.mkdir(parents=True, exist_ok=False)
-            else:
-                home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-retrieval-{n}-")))
-            entry: dict[str, Any] = {"traces": n}
-            if service_corpus:
-                fill = fill_through_service(home, n, {} if learning else LIGHTWEIGHT, args.profile, args.rate)
-                build, profiler = fill.build, fill.profiler
-                queries = workload_queries(n_queries, seed=1000 + n)
-                searches = workload_queries(n_queries, seed=2000 + n)
-                warm = [q.text for q in workload_queries(WARMUP_CALLS, seed=11)]
-                entry.update(workload=fill.workload.as_json(), flushS=round(fill.flush_s, 2), stages=fill.stages)
-                others = fill.others
-                service = run_service(
-                    home, 10**13, warm, queries, searches, client=fill.client, profiler=profiler, others=others
-                )
-                model = FloorModel(home)
-                query_vecs: FloatMatrix = model.embed([q.text for q in queries])
-            else:
-                build = build_database(home, n)
-                assert build.corpus is not None
-                corpus = build.corpus
-                queries = make_queries(corpus, n_queries, seed=1000 + n)
-                searches = make_queries(corpus, n_queries, seed=2000 + n)
-                warm_rng = random.Random(11)
-                warm = [corpus.vocab.text(warm_rng.randint(6, 14), warm_rng.randrange(TOPICS)) for _ in range(20)]
-                service = run_service(
-                    home,
-                    corpus.last_ts + 24 * HOUR_MS,
-                    warm,
-                    queries,
-                    searches,
-                    env=HOLD_LEARNING if learning else LIGHTWEIGHT,
-                    others=(others := Others()),
-                )
-                profiler = Profiler(None, 0, args.rate)
-                model = FloorModel(home)
-                query_vecs = corpus.vectors([q.topic for q in queries], mix=2.0)
-            comps = time_components(home, queries, query_vecs)
-            report(n, build, service, comps, n_queries)
-            with others.phase("floor"):
-                matrix = stored_vectors(home / "memos.db")
-                floor_ms = turn_start_floor(model, matrix, [q.text for q in queries])
-            vectors = int(matrix.shape[0])
-            del matrix, model
-            print()
-            entry.update(floor_report(n, service, floor_ms, vectors, args.learning, info))
-            print(f"  {others.line()}")
-            entry["othersCpu"] = others.phases
-            entry.update(
-                counts=build.counts,
-                buildS=round(build.seconds, 1),
-                rssMiB=round(service.rss_mib),
-                turnStartMs=dist_json(service.turn_start.wall_ms),
-                turnStartServiceTotalMs=dist_json(service.turn_start.service_ms),
-                conversationMs=dist_json(service.follow_up.wall_ms),
-                searchMs=dist_json(service.search.wall_ms),
-                components={
-                    "embedMs": dist_json(comps.embed_ms),
-                    "vectorMs": dist_json(comps.vector_ms),
-                    "ftsWordMs": dist_json(comps.fts_word_ms),
-                },
-            )
-            if entry.get("stages"):
-                print()
-                print_stages(
-                    "learning chain per episode and stage, during the workload (last 256 runs; CPU counts the turns "
-                    "captured meanwhile):",
-                    entry["stages"],
-                    "wallMs",
-                    "cpuMs",
-                )
-            for name, summary in profiler.summaries.items():
-                print()
-                print_profile(name, summary)
-            entry["profiles"] = profiler.summaries
-            results["sizes"].append(entry)
+    backends = ["sqlite", "postgresql"] if args.storage_url else ["sqlite"]
+    server_url = postgres_server(args.storage_url) if args.storage_url else contextlib.nullcontext(None)
+    with server_url as server:
+        postgres_homes = PostgresHomes(server) if server else None
+        try:
+            for n in sizes:
+                for backend in backends:
+                    results["sizes"].append(
+                        measure_size(n, backend, postgres_homes, args, n_queries, learning, info, service_corpus)
+                    )
+        finally:
+            if postgres_homes is not None:
+                postgres_homes.close()
     print(f"\ntotal run time {time.perf_counter() - started:.0f} s; {load_average()}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
     return 0
+
+
+def measure_size(
+    n: int,
+    backend: str,
+    postgres_homes: PostgresHomes | None,
+    args: argparse.Namespace,
+    n_queries: int,
+    learning: bool,
+    info: dict[str, Any],
+    service_corpus: bool,
+) -> dict[str, Any]:
+    """Build (or fill) one home of `n` traces on `backend`, time the service on it and its floor."""
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            home = Path(args.keep) / f"home-{n}-{backend}"
+            home.mkdir(parents=True, exist_ok=False)
+        else:
+            home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-retrieval-{n}-")))
+        url = sqlite_url(home)
+        if backend == "postgresql":
+            assert postgres_homes is not None
+            url = postgres_homes.create(f"memos_bench_{n}")
+            if not args.keep:
+                stack.callback(postgres_homes.drop, url)
+        entry: dict[str, Any] = {"traces": n, "backend": backend}
+        if service_corpus:
+            fill = fill_through_service(home, n, {} if learning else LIGHTWEIGHT, args.profile, args.rate)
+            build, profiler = fill.build, fill.profiler
+            queries = workload_queries(n_queries, seed=1000 + n)
+            searches = workload_queries(n_queries, seed=2000 + n)
+            warm = [q.text for q in workload_queries(WARMUP_CALLS, seed=11)]
+            entry.update(workload=fill.workload.as_json(), flushS=round(fill.flush_s, 2), stages=fill.stages)
+            others = fill.others
+            service = run_service(
+                home, 10**13, warm, queries, searches, client=fill.client, profiler=profiler, others=others
+            )
+            model = FloorModel(home)
+            query_vecs: FloatMatrix = model.embed([q.text for q in queries])
+        else:
+            build = build_database(home, n, url)
+            assert build.corpus is not None
+            corpus = build.corpus
+            queries = make_queries(corpus, n_queries, seed=1000 + n)
+            searches = make_queries(corpus, n_queries, seed=2000 + n)
+            warm_rng = random.Random(11)
+            warm = [corpus.vocab.text(warm_rng.randint(6, 14), warm_rng.randrange(TOPICS)) for _ in range(20)]
+            service = run_service(
+                home,
+                corpus.last_ts + 24 * HOUR_MS,
+                warm,
+                queries,
+                searches,
+                env={**(HOLD_LEARNING if learning else LIGHTWEIGHT), "MEMOS_BRIDGE_STORAGE__URL": url},
+                others=(others := Others()),
+            )
+            profiler = Profiler(None, 0, args.rate)
+            model = FloorModel(home)
+            query_vecs = corpus.vectors([q.topic for q in queries], mix=2.0)
+        comps = time_components(home, queries, query_vecs, url)
+        report(n, build, service, comps, n_queries, backend)
+        with others.phase("floor"):
+            matrix = stored_vectors(url)
+            floor_ms = turn_start_floor(model, matrix, [q.text for q in queries])
+        vectors = int(matrix.shape[0])
+        del matrix, model
+        print()
+        entry.update(floor_report(n, service, floor_ms, vectors, args.learning, info))
+        print(f"  {others.line()}")
+        entry["othersCpu"] = others.phases
+        entry.update(
+            counts=build.counts,
+            buildS=round(build.seconds, 1),
+            rssMiB=round(service.rss_mib),
+            turnStartMs=dist_json(service.turn_start.wall_ms),
+            turnStartServiceTotalMs=dist_json(service.turn_start.service_ms),
+            conversationMs=dist_json(service.follow_up.wall_ms),
+            searchMs=dist_json(service.search.wall_ms),
+            dbMiB=round(build.db_mib, 1),
+            ingestStepsPerS=round(service.ingest_steps_per_s, 1),
+            ingestTurnEndMs=dist_json(service.ingest_ms),
+            components={
+                "embedMs": dist_json(comps.embed_ms),
+                "vectorMs": dist_json(comps.vector_ms),
+                "ftsWordMs": dist_json(comps.fts_word_ms),
+            },
+        )
+        if entry.get("stages"):
+            print()
+            print_stages(
+                "learning chain per episode and stage, during the workload (last 256 runs; CPU counts the turns "
+                "captured meanwhile):",
+                entry["stages"],
+                "wallMs",
+                "cpuMs",
+            )
+        for name, summary in profiler.summaries.items():
+            print()
+            print_profile(name, summary)
+        entry["profiles"] = profiler.summaries
+        return entry
 
 
 if __name__ == "__main__":
