@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any, Final, cast
 
 import anyio.to_thread
-from sqlalchemy import CursorResult, delete, func, select, text, update
+from sqlalchemy import CursorResult, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from memos_bridge.contract import dto
@@ -174,7 +174,7 @@ def purge_sync(db: Session, params: dto.MemoryPurgeParams) -> tuple[dict[str, in
             counts[model.__tablename__] = _delete_in(db, model.id, ids[kind])
         counts["episodes"] = _delete_in(db, EpisodeRow.id, episodes)
         counts["sessions"] = _delete_in(db, SessionRow.id, sessions)
-        counts["api_logs"] = _purge_api_logs(db, sessions, sqlite)
+        counts["api_logs"] = _purge_api_logs(db, sessions)
         # Cached turn.start results quote recalled memories: none of the namespace's survive a purge (a
         # retried turn.start then retrieves again, which is what it does after a restart anyway).
         db.execute(update(TurnRow).where(owner.clause(TurnRow)).values(result_json=None))
@@ -204,11 +204,10 @@ def purge_sync(db: Session, params: dto.MemoryPurgeParams) -> tuple[dict[str, in
     return {k: v for k, v in counts.items() if v}, audit.id
 
 
-def _purge_api_logs(db: Session, sessions: set[str], sqlite: bool) -> int:
-    """API log entries of the purged sessions (they hold the sessions' queries)."""
-    if not sqlite:
-        return 0  # the JSON path syntax differs; PostgreSQL logs are purged by age (retention) instead
-    session_of = func.json_extract(ApiLogRow.input_json, "$.sessionId")
+def _purge_api_logs(db: Session, sessions: set[str]) -> int:
+    """API log entries of the purged sessions (they hold the sessions' queries), on either backend: the JSON
+    index expression is `json_extract` on SQLite and `->>` on PostgreSQL."""
+    session_of = ApiLogRow.input_json["sessionId"].as_string()
     return sum(_count(db, delete(ApiLogRow).where(session_of.in_(chunk))) for chunk in _chunks(sessions))
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,23 @@ def daemon(home: Path) -> Iterator[Daemon]:
     finally:
         d.proc.terminate()
         d.proc.wait(timeout=30)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test once per backend: the second time every service it spawns stores on a fresh PostgreSQL
+    database (the session's server, `tests/conftest.py`), through the environment a host would set.
+
+    A module opts in with `pytestmark = pytest.mark.usefixtures("backend_env")`. Its tests must use one data
+    home each (a second home in the same test would share the database) and read the database only through
+    the service."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("MEMOS_BRIDGE_STORAGE__URL", request.getfixturevalue("postgres_url"))
+    return str(request.param)
+
+
+def spawned_storage() -> dict[str, Any]:
+    """Settings overrides for a test that seeds a home in-process before it spawns the service: the database
+    the spawned service will use (`backend_env`'s PostgreSQL database), or nothing (the home's SQLite file)."""
+    url = os.environ.get("MEMOS_BRIDGE_STORAGE__URL")
+    return {"storage": {"url": url}} if url else {}

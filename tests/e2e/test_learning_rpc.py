@@ -11,6 +11,8 @@ import pytest
 
 from memos_bridge.client import RpcError, ServiceClient
 
+pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
+
 AGENT = "tester"
 
 

@@ -5,14 +5,18 @@ Each test drives `memos-bridge serve` over stdio with the real embedding model, 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from memos_bridge.client import RpcError, ServiceClient
+
+pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
 
 AGENT = "hermes"
 
@@ -144,7 +148,7 @@ def test_update_reindexes_and_forget_hides_everywhere_until_restored(tmp_path: P
         assert missing.value.data["code"] == "memory_not_found"
 
 
-def test_purge_leaves_nothing_of_the_content_and_other_namespaces_intact(tmp_path: Path) -> None:
+def test_purge_leaves_nothing_of_the_content_and_other_namespaces_intact(tmp_path: Path, backend_env: str) -> None:
     home = tmp_path / "home"
     alice, bob = {"profileId": "alice"}, {"profileId": "bob"}
     secret_a, secret_b = "zanzibarquokka", "ulanbatorwombat"
@@ -168,12 +172,36 @@ def test_purge_leaves_nothing_of_the_content_and_other_namespaces_intact(tmp_pat
         assert _search_ids(client, f"{secret_a} service", namespace=alice) == []
         assert len(_search_ids(client, f"{secret_b} service", namespace=bob)) >= 2  # bob's step and memory
 
+    if backend_env == "postgresql":  # every row of every table (search side tables too), read as text
+        url = os.environ["MEMOS_BRIDGE_STORAGE__URL"]
+        assert _postgres_tables_holding(url, secret_a) == []
+        assert "traces" in _postgres_tables_holding(url, secret_b)
+        return
     db = sqlite3.connect(home / "memos.db")
     db.execute("VACUUM")
     db.close()
     raw = b"".join(path.read_bytes() for path in home.glob("memos.db*"))
     assert secret_a.encode() not in raw
     assert secret_b.encode() in raw
+
+
+def _postgres_tables_holding(url: str, word: str) -> list[str]:
+    """The tables of a PostgreSQL database with a row whose text form contains `word`."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = conn.execute(
+                text("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+            ).scalars()
+            return [
+                table
+                for table in tables
+                if conn.execute(
+                    text(f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE :p'), {"p": f"%{word}%"}
+                ).scalar_one()
+            ]
+    finally:
+        engine.dispose()
 
 
 def test_failures_archive_a_memory_reflect_consolidates_and_stats_count(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ once, and again for a request made after a run started (late feedback)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -18,15 +18,8 @@ from memos_bridge.storage import claims
 from memos_bridge.storage.claims import Claim
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import EpisodeRow, SessionRow
-from tests.postgres import postgres_server
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with postgres_server(tmp_path_factory.mktemp("pg")) as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

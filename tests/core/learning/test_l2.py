@@ -256,13 +256,13 @@ def _settings(home: Path, l2: dict[str, Any]) -> Any:
 
 
 @pytest.fixture
-def make_env(tmp_path: Path) -> Iterator[Any]:
+def make_env(tmp_path: Path, database_for: Any) -> Iterator[Any]:
     opened: list[Database] = []
 
     def make(**l2: Any) -> Env:
         home = tmp_path / f"home{len(opened)}"
         home.mkdir()
-        db = Database(f"sqlite:///{home / 'memos.db'}")
+        db = Database(database_for(home))
         db.open()
         opened.append(db)
         clock = FakeMs()

@@ -92,8 +92,10 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    settings = load_settings(tmp_path / "home", env={}, overrides={})
+def env(tmp_path: Path, database_for: Any) -> Iterator[Env]:
+    home = tmp_path / "home"
+    home.mkdir(parents=True)
+    settings = load_settings(home, env={}, overrides={"storage": {"url": database_for(home)}})
     settings.home.mkdir(parents=True, exist_ok=True)
     db = Database(settings.database_url)
     db.open()
