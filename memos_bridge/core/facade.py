@@ -101,6 +101,7 @@ class MemoryCore:
             publish=self.sessions.publish,
         )
         self.sessions.finalized_hooks.append(self.learning.on_finalized)
+        self.sessions.opened_hooks.append(self.turns.remember_owner)
         self.turns.gate = self.learning.gate
         self.turns.write_behind.quiet = self.learning.gate.wait_quiet
         self.turns.on_activity = self.learning.touch

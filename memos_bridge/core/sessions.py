@@ -34,6 +34,7 @@ from memos_bridge.timeutil import now_ms
 
 PendingEvent = tuple[EventType, dict[str, Any], EventScope]
 EpisodeFinalizedHook = Callable[[str, str], None]
+SessionOpenedHook = Callable[[str, OwnerFilter], None]  # (session id, its namespace)
 
 
 @dataclass
@@ -285,6 +286,9 @@ class SessionService:
         self._events = events
         self._settings = settings
         self.finalized_hooks: list[EpisodeFinalizedHook] = []
+        #: Told each session `session.open` returns, with its namespace: the session's first `turn.start`
+        #: can then start its searches before its routing write instead of after it.
+        self.opened_hooks: list[SessionOpenedHook] = []
 
     def publish(self, outbox: Outbox, *, request: bool = False) -> None:
         """Emit the outbox's events and run the finalisation hooks, after its transaction committed.
@@ -303,7 +307,7 @@ class SessionService:
     async def open_session(self, params: dto.SessionOpenParams) -> dto.SessionOpenResult:
         session_id = params.session_id or new_id("session")
 
-        def work(db: Session) -> tuple[Outbox, EventScope]:
+        def work(db: Session) -> tuple[Outbox, EventScope, OwnerFilter]:
             outbox = Outbox()
             existing = repos.get_session(db, session_id)
             if existing is not None and params.namespace is not None:
@@ -317,12 +321,14 @@ class SessionService:
             row = ensure_session_sync(db, outbox, session_id, params.agent, params.namespace, now_ms())
             if params.meta:
                 row.meta_json = {**(row.meta_json or {}), **params.meta}
-            return outbox, scope_of(row)
+            return outbox, scope_of(row), owner_of(row)
 
         # A host re-opening its session through another service at the same moment: the loser finds the row.
-        outbox, scope = await write_first_wins(self._db, work, what="session.open")
+        outbox, scope, owner = await write_first_wins(self._db, work, what="session.open")
         self._events.enter(scope)  # an existing session has no event to publish, yet its opener joins it
         self.publish(outbox)
+        for hook in self.opened_hooks:
+            hook(session_id, owner)
         return dto.SessionOpenResult(session_id=session_id)
 
     async def close_session(self, params: dto.SessionCloseParams) -> dto.OkResult:

@@ -218,6 +218,10 @@ class TurnService:
         assert result is not None
         return result
 
+    def knows_owner(self, session_id: str) -> bool:
+        """Whether a `turn.start` in this session would start its searches before its routing write."""
+        return session_id in self._owners
+
     def _early_channels(
         self, group: anyio.abc.TaskGroup, params: dto.TurnInputDTO, query_vector: QueryVector
     ) -> ChannelRun | None:
@@ -242,7 +246,8 @@ class TurnService:
         run.start(group)
         return run
 
-    def _remember_owner(self, session_id: str, owner: OwnerFilter) -> None:
+    def remember_owner(self, session_id: str, owner: OwnerFilter) -> None:
+        """Note a session's namespace (it never changes), so its next `turn.start` searches at once."""
         self._owners[session_id] = owner
         self._owners.move_to_end(session_id)
         while len(self._owners) > OWNER_CACHE_SESSIONS:
@@ -271,7 +276,7 @@ class TurnService:
         )
         self._events.enter(scope_of(begun.owner))
         self._sessions.publish(begun.outbox)
-        self._remember_owner(begun.session_id, begun.owner)
+        self.remember_owner(begun.session_id, begun.owner)
         self.on_activity(begun.episode_id)
         if begun.cached_result is not None:
             return dto.RetrievalResultDTO.model_validate(begun.cached_result)

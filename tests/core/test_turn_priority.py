@@ -106,3 +106,37 @@ async def test_at_most_capture_concurrency_captures_run_at_once_and_none_is_lost
             group.start_soon(capture, session, episode)
     assert most_inside == 2
     assert len(results) == len(episodes) and all(len(r.trace_ids) == 1 for r in results)
+
+
+async def test_a_session_opened_first_searches_before_its_first_routing_write(core_factory: Any) -> None:
+    """`session.open` tells the turn service the session's namespace, so the first `turn.start` starts its
+    keyword and vector searches while its routing write still waits for the writer (here: held)."""
+    core = await core_factory()
+    opened = await core.open_session(dto.SessionOpenParams.model_validate({"agent": "t"}))
+    assert core.turns.knows_owner(opened.session_id)
+
+    reads: list[str] = []
+    original_read = core.db.read_sync
+
+    def recording_read_sync(fn: Any) -> Any:
+        reads.append(getattr(fn, "__qualname__", repr(fn)))
+        return original_read(fn)
+
+    core.db.read_sync = recording_read_sync  # type: ignore[method-assign]
+    release, held = threading.Event(), threading.Event()
+
+    def hold_the_writer(_session: Session) -> None:
+        held.set()
+        release.wait(30)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(core.db.write, hold_the_writer)
+        while not held.is_set():
+            await anyio.sleep(0.005)
+        group.start_soon(_start, core, opened.session_id, "compare the parcel weights in kilograms", 1)
+        with anyio.move_on_after(10):
+            while not any("run_sql" in name for name in reads):
+                await anyio.sleep(0.005)
+        searched_while_held = any("run_sql" in name for name in reads)
+        release.set()
+    assert searched_while_held, reads
