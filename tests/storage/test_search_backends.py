@@ -17,7 +17,7 @@ from memos_bridge.core.vector_store import DatabaseVectors, MemoryVectors, Vecto
 from memos_bridge.storage import pg_vectors
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.engine import backend_info, create_db_engine
-from memos_bridge.storage.fts import fts_integrity_errors, fts_search, rebuild_fts
+from memos_bridge.storage.fts import FTS_SPECS, fts_integrity_errors, fts_search, rebuild_fts
 from memos_bridge.storage.migrations import migrate
 from memos_bridge.storage.models import MemoryRow, PolicyRow, TraceRow
 from memos_bridge.storage.owner import OwnerFilter
@@ -431,3 +431,45 @@ def test_word_frequencies_read_off_ts_rank_are_exact(pg_database: Database) -> N
     assert len(rows) == len(counts) and all(exact == found for exact, found in rows)
     ranked = [row_id for row_id, _ in pg_database.read_sync(lambda s: fts_search(s, "trace", "zebra", owner=OWNER))]
     assert ranked[0] == "tr_255" and ranked[-1] == "tr_1"  # more occurrences rank higher (saturating)
+
+
+def test_word_search_ranks_the_best_matches_first_and_falls_back_for_a_small_namespace(pg_database: Database) -> None:
+    """The word search reads base rows only for the best `inner` matches; when the namespace owns fewer than
+    `limit` of those it ranks every match with the filters, so the answer equals the exhaustive statement's:
+    a namespace whose only matches rank below hundreds of another namespace's still finds them."""
+    from memos_bridge.storage import pg_search
+
+    def write(session: Session) -> None:
+        seed_episode(session)
+        seed_episode(session, OTHER, suffix="other")
+        for i in range(150):  # the other namespace: the word three times, short rows (high BM25)
+            add_trace(
+                session,
+                f"tr_o{i:03d}",
+                episode_id="ep_other",
+                session_id="se_other",
+                owner=OTHER,
+                summary=f"lighthouse lighthouse lighthouse {i}",
+            )
+        for i in range(3):  # ours: once each, in long rows (low BM25)
+            add_trace(session, f"tr_a{i}", summary="the lighthouse " + "keeper notes the weather " * 12)
+        add_trace(session, "tr_a_archived", summary="lighthouse", archived_at=5)
+
+    pg_database.write_sync(write)
+    spec = FTS_SPECS["trace"]
+
+    def both(owner: OwnerFilter, limit: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        def run(session: Session) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+            two_step = pg_search.word_search(session, spec, ["lighthouse"], owner, rows=154, limit=limit)
+            owner_sql, owner_params = owner.sql("m", shareable=True)
+            exhaustive = pg_search._run(
+                session, pg_search._word_statement(spec, 1, owner_sql), ["lighthouse"], owner_params, 154, limit
+            )
+            return two_step, exhaustive
+
+        return pg_database.read_sync(run)
+
+    ours, exhaustive = both(OWNER, 20)
+    assert [row_id for row_id, _ in ours] == ["tr_a2", "tr_a1", "tr_a0"] and ours == exhaustive
+    theirs, exhaustive = both(OTHER, 20)
+    assert len(theirs) == 20 and theirs == exhaustive and all(row_id.startswith("tr_o") for row_id, _ in theirs)
