@@ -48,7 +48,6 @@ import platform
 import random
 import re
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -65,6 +64,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench_backends
 
 from memos_bridge.client import ServiceClient
 from memos_bridge.config import load_settings
@@ -593,22 +594,8 @@ def capture_floor(model: FloorModel, pairs: Sequence[tuple[str, ...]], by_length
 
 def stored_vectors(db_path: Path) -> np.ndarray[Any, np.dtype[np.float32]]:
     """Every vector the service holds in memory for search (traces' two, policies', world models', skills',
-    memories'), as one float32 matrix."""
-    columns = (
-        ("traces", "vec_summary"),
-        ("traces", "vec_action"),
-        ("policies", "vec"),
-        ("world_models", "vec"),
-        ("skills", "vec"),
-        ("memories", "vec"),
-    )
-    blobs: list[bytes] = []
-    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
-        for table, column in columns:
-            blobs += [row[0] for row in conn.execute(f"SELECT {column} FROM {table} WHERE {column} IS NOT NULL")]
-    if not blobs:
-        return np.zeros((0, 384), dtype=np.float32)
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+    memories'), as one float32 matrix, read from the SQLite file without writing to it."""
+    return bench_backends.stored_vectors(f"sqlite:///file:{db_path}?mode=ro&uri=true")
 
 
 def turn_start_floor(

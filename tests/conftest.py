@@ -9,7 +9,7 @@ on PostgreSQL. Without `pgserver` the PostgreSQL variants are skipped, unless `M
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
@@ -76,14 +76,28 @@ def make_settings(home: Path, **overrides: object) -> Settings:
     return load_settings(home, env={}, overrides=overrides)
 
 
+DatabaseFor = Callable[[Path], "str | None"]
+
+
 @pytest.fixture
-async def core_factory(tmp_path: Path, real_embedder: Embedder) -> AsyncIterator[object]:
+def database_for() -> DatabaseFor:
+    """The database URL of a data home; None: the home's own SQLite file. A test folder whose suite runs on
+    both backends overrides this (tests/core/learning/conftest.py)."""
+    return lambda home: None
+
+
+@pytest.fixture
+async def core_factory(tmp_path: Path, real_embedder: Embedder, database_for: DatabaseFor) -> AsyncIterator[object]:
     made: list[MemoryCore] = []
 
     async def make(llm: object = None, home: Path | None = None, **overrides: object) -> MemoryCore:
         """A core with its own data home, or on `home` (a second core on the same database, as after a restart)."""
-        settings = make_settings(home or tmp_path / f"home{len(made)}", **overrides)
-        settings.home.mkdir(parents=True, exist_ok=True)
+        home = home or tmp_path / f"home{len(made)}"
+        home.mkdir(parents=True, exist_ok=True)  # a SQLite URL must name a file in an existing folder
+        url = database_for(home)
+        if url is not None:
+            overrides["storage"] = {**dict(overrides.get("storage") or {}), "url": url}  # type: ignore[call-overload]
+        settings = make_settings(home, **overrides)
         db = Database(settings.database_url)
         db.open()
         core = MemoryCore(settings, db, SwitchableEmbedder(real_embedder), llm or NoLLM())  # type: ignore[arg-type]
