@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -83,10 +82,3 @@ def backend_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if request.param == "postgresql":
         monkeypatch.setenv("MEMOS_BRIDGE_STORAGE__URL", request.getfixturevalue("postgres_url"))
     return str(request.param)
-
-
-def spawned_storage() -> dict[str, Any]:
-    """Settings overrides for a test that seeds a home in-process before it spawns the service: the database
-    the spawned service will use (`backend_env`'s PostgreSQL database), or nothing (the home's SQLite file)."""
-    url = os.environ.get("MEMOS_BRIDGE_STORAGE__URL")
-    return {"storage": {"url": url}} if url else {}

@@ -16,8 +16,6 @@ import pytest
 
 from memos_bridge.client import ServiceClient
 
-pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
-
 AGENT = "skillflow"
 NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
 HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}

@@ -29,8 +29,6 @@ from tests.e2e.test_skills_rpc import (
     _verdict,
 )
 
-pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
-
 PASSED = {"task": "sec13f_issuer_values", "passed": 5, "total": 5}
 REASON = "It sums values per filer, not per issuer: wrong grouping for our reports."
 

@@ -29,9 +29,6 @@ from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import PolicyRow, SkillRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.storage.vectors import to_blob
-from tests.e2e.conftest import spawned_storage
-
-pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
 
 AGENT = "tester"
 # Room for the two experiences next to the past tasks' steps in tier 2 (the default is 5).
@@ -66,7 +63,7 @@ def _task(client: ServiceClient, session: str, text: str, tools: list[dict[str, 
 async def _seed(home: Path, embedder: Embedder, failed: str, passed: str) -> dict[str, str]:
     """The experiences of both tasks, the skill crystallised from them, then a correction of the avoidance that
     the skill has not absorbed yet (its guidance is newer than the skill)."""
-    settings = load_settings(home, env={}, overrides=spawned_storage())
+    settings = load_settings(home, env={})
     db = Database(settings.database_url)
     db.open()
     try:

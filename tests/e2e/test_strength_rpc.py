@@ -10,8 +10,6 @@ import pytest
 
 from memos_bridge.client import RpcError, ServiceClient
 
-pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
-
 AGENT = "tester"
 DAY = 86_400_000
 FAST = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}

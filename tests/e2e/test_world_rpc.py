@@ -34,9 +34,6 @@ from tests.core.learning.test_world import (
     _experience,
     _setup_episode,
 )
-from tests.e2e.conftest import spawned_storage
-
-pytestmark = pytest.mark.usefixtures("backend_env")  # every test on SQLite, then on PostgreSQL
 
 AGENT = "tester"
 NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
@@ -66,7 +63,7 @@ def _build_world(home: Path, embedder: Embedder) -> str:
     """Two SEC 13F experiences and their world model, written into `home`'s database in-process."""
 
     async def build() -> str:
-        settings = make_settings(home, learning=WORLD_13F, **spawned_storage())
+        settings = make_settings(home, learning=WORLD_13F)
         home.mkdir(parents=True, exist_ok=True)
         db = Database(settings.database_url)
         db.open()
