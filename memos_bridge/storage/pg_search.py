@@ -276,10 +276,15 @@ def _owner(owner: OwnerFilter | None, alias: str) -> tuple[str, dict[str, Any]]:
     return ("1 = 1", {}) if owner is None else owner.sql(alias, shareable=True)
 
 
+def _values(terms: Sequence[str], owner_params: dict[str, Any], rows: int, limit: int) -> dict[str, Any]:
+    """The bound parameters every search statement takes: the terms, the owner predicate's, counts."""
+    return {**owner_params, **{f"t{i}": term for i, term in enumerate(terms)}, "n_rows": rows, "limit": limit}
+
+
 def _run(
     session: Session, stmt: TextClause, terms: Sequence[str], owner_params: dict[str, Any], rows: int, limit: int
 ) -> list[tuple[str, float]]:
-    values = {**owner_params, **{f"t{i}": term for i, term in enumerate(terms)}, "n_rows": rows, "limit": limit}
+    values = _values(terms, owner_params, rows, limit)
     return [(str(row_id), float(score)) for row_id, score in session.execute(stmt, values)]
 
 
@@ -302,13 +307,7 @@ def word_search(
     """
     inner = max(limit * WORD_INNER_FACTOR, WORD_INNER_MIN)
     owner_sql, owner_params = _owner(owner, "b")
-    values = {
-        **owner_params,
-        **{f"t{i}": term for i, term in enumerate(terms)},
-        "n_rows": rows,
-        "limit": limit,
-        "inner": inner,
-    }
+    values = {**_values(terms, owner_params, rows, limit), "inner": inner}
     found = session.execute(_ranked_word_statement(spec, len(terms), owner_sql), values).all()
     if len(found) >= limit or (found and int(found[0].matches) <= inner):
         return [(str(row.id), float(row.score)) for row in found]
