@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import String, and_, cast, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -32,6 +32,7 @@ from memos_bridge.core.learning.skill_lifecycle import (
     set_status,
 )
 from memos_bridge.ids import new_id
+from memos_bridge.storage.json_lists import list_has, list_has_any
 from memos_bridge.storage.models import (
     EpisodeRow,
     FeedbackRow,
@@ -50,16 +51,6 @@ TRACES_PER_EPISODE: Final = 20
 TAG_CANDIDATES: Final = 64
 #: Evidence anchors kept on a skill.
 MAX_ANCHORS: Final = 10
-
-
-def _contains(column: Any, value: str) -> ColumnElement[bool]:
-    """`column` (a JSON list) contains the string `value`."""
-    return cast(column, String).like(f'%"{value}"%')
-
-
-def _any_contains(column: Any, values: Iterable[str]) -> ColumnElement[bool] | None:
-    clauses = [_contains(column, v) for v in dict.fromkeys(values) if v]
-    return or_(*clauses) if clauses else None
 
 
 def _vector(blob: bytes | None, dim: int) -> NDArray[np.float32] | None:
@@ -104,8 +95,8 @@ def load_scope(db: Session, episode_id: str) -> EpisodeScope | None:
 def touched_policy_ids(db: Session, scope: EpisodeScope) -> list[str]:
     """Live experiences of the episode's namespace that this episode fed: it is a source episode, one of its
     feedback rows is a source, or one of its steps is linked to it."""
-    clauses: list[ColumnElement[bool]] = [_contains(PolicyRow.source_episodes_json, scope.episode_id)]
-    feedback = _any_contains(PolicyRow.source_feedback_ids_json, scope.feedback_ids)
+    clauses: list[ColumnElement[bool]] = [list_has(PolicyRow.source_episodes_json, scope.episode_id)]
+    feedback = list_has_any(PolicyRow.source_feedback_ids_json, scope.feedback_ids)
     if feedback is not None:
         clauses.append(feedback)
     if scope.trace_ids:
@@ -205,7 +196,7 @@ def family_candidate_ids(db: Session, owner: OwnerFilter, tags: Iterable[str], e
     the in-memory index by the stage)."""
     clauses = [
         c
-        for c in (_any_contains(PolicyRow.tags_json, tags), _any_contains(PolicyRow.source_episodes_json, episodes))
+        for c in (list_has_any(PolicyRow.tags_json, tags), list_has_any(PolicyRow.source_episodes_json, episodes))
         if c is not None
     ]
     if not clauses:
@@ -307,7 +298,7 @@ def _skill_view(row: SkillRow) -> SkillView:
 
 def skills_anchored_on(db: Session, owner: OwnerFilter, policy_ids: Iterable[str]) -> list[SkillView]:
     """Skills of the namespace (any status) that use one of `policy_ids` as a success anchor."""
-    clause = _any_contains(SkillRow.evidence_anchors_json, policy_ids)
+    clause = list_has_any(SkillRow.evidence_anchors_json, policy_ids)
     if clause is None:
         return []
     rows = db.scalars(select(SkillRow).where(_owned(SkillRow, owner), clause).order_by(SkillRow.created_at))
@@ -344,7 +335,7 @@ def names_taken(db: Session, owner: OwnerFilter, exclude_id: str | None) -> set[
 
 
 def world_models_citing(db: Session, owner: OwnerFilter, policy_ids: Iterable[str]) -> list[str]:
-    clause = _any_contains(WorldModelRow.policy_ids_json, policy_ids)
+    clause = list_has_any(WorldModelRow.policy_ids_json, policy_ids)
     if clause is None:
         return []
     stmt = select(WorldModelRow.id).where(_owned(WorldModelRow, owner), WorldModelRow.status != STATUS_ARCHIVED, clause)
@@ -389,7 +380,7 @@ def persist_skill(
             .where(
                 _owned(SkillRow, owner),
                 SkillRow.status != STATUS_ARCHIVED,
-                _contains(SkillRow.evidence_anchors_json, family.primary.id),
+                list_has(SkillRow.evidence_anchors_json, family.primary.id),
             )
             .limit(1)
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import numpy as np
-from sqlalchemy import String, cast, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from memos_bridge.contract import dto
@@ -50,6 +50,7 @@ from memos_bridge.rules.subjects import Subject
 from memos_bridge.rules.text import clip, numbered, numbered_steps, produced_numbers, to_text
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import fts_search
+from memos_bridge.storage.json_lists import list_has_any
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, PolicyRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
 from memos_bridge.storage.vectors import to_blob
@@ -109,8 +110,10 @@ def absorbed_feedback(db: Session, feedback_ids: Sequence[str]) -> set[str]:
     ids = set(feedback_ids)
     if not ids:
         return set()
-    column = cast(PolicyRow.source_feedback_ids_json, String)
-    rows = db.scalars(select(PolicyRow.source_feedback_ids_json).where(or_(*(column.like(f'%"{i}"%') for i in ids))))
+    clause = list_has_any(PolicyRow.source_feedback_ids_json, ids)
+    if clause is None:
+        return set()
+    rows = db.scalars(select(PolicyRow.source_feedback_ids_json).where(clause))
     return {fid for row in rows for fid in (row or []) if fid in ids}
 
 
