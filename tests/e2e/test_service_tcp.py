@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,3 +80,51 @@ def test_non_loopback_bind_without_token_is_refused(home: Path) -> None:
     assert proc.returncode == 2
     assert b"token" in proc.stderr.lower()
     assert b"Traceback" not in proc.stderr
+
+
+def test_many_hosts_at_once_lose_nothing(daemon: Daemon) -> None:
+    """Twelve hosts leave a barrier together and each runs three turn pairs (three tool calls each): every
+    call is answered without error, and every step a `turn.end` acknowledged is stored under its own
+    session, none twice. (The latency side of load is `scripts/bench_load.py`'s.)"""
+    hosts, turns = 12, 3
+    barrier = threading.Barrier(hosts)
+
+    def host(index: int) -> tuple[str, list[str]]:
+        with daemon.connect() as client:
+            session = client.call("session.open", {"agent": "load"})["sessionId"]
+            barrier.wait(timeout=60)
+            acknowledged: list[str] = []
+            for turn in range(turns):
+                ts = 1_000_000 + index * 10_000 + turn * 100
+                started = client.call(
+                    "turn.start",
+                    {"agent": "load", "sessionId": session, "userText": f"task {index}: step {turn}", "ts": ts},
+                    timeout=120,
+                )
+                calls = [
+                    {"name": "bash", "input": {"cmd": f"make check-{index}-{turn}-{n}"}, "output": f"{n} passed"}
+                    for n in range(3)
+                ]
+                ended = client.call(
+                    "turn.end",
+                    {
+                        "agent": "load",
+                        "sessionId": session,
+                        "episodeId": started["query"]["episodeId"],
+                        "agentText": f"done with step {turn} of task {index}",
+                        "toolCalls": calls,
+                        "ts": ts + 50,
+                    },
+                    timeout=120,
+                )
+                acknowledged += ended["traceIds"]
+            return session, acknowledged
+
+    with ThreadPoolExecutor(hosts) as pool:
+        results = list(pool.map(host, range(hosts)))
+    owner = {trace_id: session for session, ids in results for trace_id in ids}
+    assert len(owner) == sum(len(ids) for _, ids in results) == hosts * turns * 4  # three calls + the reply
+    with daemon.connect() as operator:
+        operator.call("memory.flush", {}, timeout=300)
+        stored = operator.call("memory.list_traces", {"limit": 500})["traces"]
+    assert {t["id"]: t["sessionId"] for t in stored} == owner
