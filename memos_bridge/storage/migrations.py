@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, Connection, Engine, Index, Table, func, insert, inspect, select
+from sqlalchemy import Column, Connection, Engine, Index, Table, func, insert, inspect, select, update
 from sqlalchemy.schema import CreateColumn
 
 from memos_bridge.contract.errors import ErrorCode, MemosError
@@ -48,6 +48,7 @@ from memos_bridge.storage.models import (
     AuditEventRow,
     Base,
     DecisionRepairRow,
+    L2CandidateRow,
     LearningClaimRow,
     MemoryRow,
     PolicyRow,
@@ -185,6 +186,19 @@ def _postgres_search(conn: Connection) -> None:
     pg_vectors.install(conn)
 
 
+def _pool_trace_column(conn: Connection) -> None:
+    """The L2 candidate pool names the trace each row is evidence of in an indexed column: a chain found a
+    step's rows by the id's suffix (`LIKE '%_<trace id>'`), a scan of the whole pool per step, and the pool
+    only grows. Existing rows get it from their evidence list (one trace per row)."""
+    pool = _table(L2CandidateRow)
+    ensure_column(conn, pool.c.trace_id)
+    ensure_index(conn, _index(L2CandidateRow, "ix_l2_candidate_pool_trace_id"))
+    rows = conn.execute(select(pool.c.id, pool.c.evidence_trace_ids_json).where(pool.c.trace_id.is_(None))).all()
+    for row_id, evidence in rows:
+        if evidence:
+            conn.execute(update(pool).where(pool.c.id == row_id).values(trace_id=evidence[0]))
+
+
 def _index(model: type[Any], name: str) -> Index:
     """The model's own declared index: a new `Index(name, column)` would attach a second index of that name to
     the shared table metadata, and the next `create_all` in the process would try to create it twice."""
@@ -207,6 +221,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "skill_review", _skill_review),
     Migration(8, "postgres_search", _postgres_search),
     Migration(9, "shared_database", _shared_database),
+    Migration(10, "pool_trace_column", _pool_trace_column),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -360,6 +360,9 @@ class L2CandidateRow(OwnershipMixin, Base):
     id: Mapped[str] = mapped_column(String, primary_key=True)
     policy_id: Mapped[str | None] = _fk("policies.id", "SET NULL", nullable=True, index=True)
     evidence_trace_ids_json: Mapped[list[str]] = _json_list()
+    #: The trace the row is evidence of (also the id's suffix): indexed, because every learning chain looks
+    #: up its steps' rows, and the pool only grows.
+    trace_id: Mapped[str | None] = _str(nullable=True, index=True)
     signature: Mapped[str] = _str(index=True)
     similarity: Mapped[float] = _float(0.0)
     expires_at: Mapped[int] = _ms(index=True)

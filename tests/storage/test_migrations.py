@@ -121,6 +121,24 @@ def test_version_2_database_gains_the_learning_columns(bare_engine: Engine) -> N
     assert tuple(row) == ("failure_burst", "warn", "[]")
 
 
+def test_version_9_pool_gains_its_trace_column_filled_from_the_evidence(bare_engine: Engine) -> None:
+    """Migration 10 on a pool written before it: the indexed column appears and old rows name their trace."""
+    assert migrate(bare_engine, target=9) == list(range(1, 10))
+    with bare_engine.begin() as conn:
+        conn.exec_driver_sql("DROP INDEX ix_l2_candidate_pool_trace_id")
+        conn.exec_driver_sql("ALTER TABLE l2_candidate_pool DROP COLUMN trace_id")
+        conn.exec_driver_sql(
+            "INSERT INTO l2_candidate_pool (id, evidence_trace_ids_json, signature, similarity, expires_at,"
+            " created_at, owner_agent_kind, owner_profile_id) VALUES"
+            """ ('cand_x1_tr_old', '["tr_old"]', 'bash|make', 0.5, 10, 1, 'a', 'p')"""
+        )
+    assert migrate(bare_engine) == [m.version for m in migrations.MIGRATIONS if m.version > 9]
+    indexes = {ix["name"] for ix in inspect(bare_engine).get_indexes("l2_candidate_pool")}
+    assert "ix_l2_candidate_pool_trace_id" in indexes
+    with bare_engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT trace_id FROM l2_candidate_pool").scalar_one() == "tr_old"
+
+
 def test_database_from_a_newer_build_is_refused(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(

@@ -250,7 +250,7 @@ def record_associations(
             out.links.append((trace.id, policy_id, score))
         db.execute(
             update(L2CandidateRow)
-            .where(L2CandidateRow.id.endswith(f"_{trace.id}", autoescape=True), L2CandidateRow.policy_id.is_(None))
+            .where(L2CandidateRow.trace_id == trace.id, L2CandidateRow.policy_id.is_(None))
             .values(policy_id=policy_id)
         )
     expires = now + ttl_ms
@@ -260,7 +260,7 @@ def record_associations(
         # A trace whose signature changed since it was pooled (e.g. a reflection added later) moves rows.
         db.execute(
             delete(L2CandidateRow).where(
-                L2CandidateRow.id.endswith(f"_{trace.id}", autoescape=True),
+                L2CandidateRow.trace_id == trace.id,
                 L2CandidateRow.id != key,
                 L2CandidateRow.policy_id.is_(None),
             )
@@ -270,6 +270,7 @@ def record_associations(
             db.add(
                 L2CandidateRow(
                     id=key,
+                    trace_id=trace.id,
                     evidence_trace_ids_json=[trace.id],
                     signature=signature,
                     similarity=score,
@@ -283,6 +284,9 @@ def record_associations(
         else:
             continue  # already promoted (its link was removed with a deleted policy): leave it be
         db.flush()
+        out.pooled.append(trace.id)
+        out.signatures.add(signature)
+    for signature in sorted(out.signatures):  # once per pattern, not once per step that fed it
         db.execute(
             update(L2CandidateRow)
             .where(
@@ -293,8 +297,6 @@ def record_associations(
             )
             .values(expires_at=expires)
         )
-        out.pooled.append(trace.id)
-        out.signatures.add(signature)
     return out
 
 

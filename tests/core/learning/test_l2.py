@@ -684,6 +684,28 @@ async def test_resighting_refreshes_the_whole_bucket(make_env: Any) -> None:
     assert {r.expires_at for r in env.pool()} == {T0 + 50 * DAY}
 
 
+async def test_a_step_whose_pattern_changed_moves_its_pool_row(make_env: Any) -> None:
+    """A step pooled under one pattern and re-learnt under another (its calls were corrected) leaves one
+    row, under the new pattern, found by the trace it is evidence of."""
+    env: Env = make_env(min_episodes_for_induction=5)
+    kubectl = {"name": "kubectl", "input": {"args": "rollout restart deploy/api"}, "output": "restarted"}
+    terraform = {"name": "terraform", "input": {"cmd": "plan"}, "output": "No changes."}
+    env.episode("ep_1")
+    env.trace("ep_1", "tr_1", value=0.6, vec=random_unit("a"), calls=[kubectl], tags=["kubectl"])
+    await run_l2(env.ctx, "ep_1")
+    (before,) = env.pool()
+
+    def correct(db: Any) -> None:
+        row = db.scalar(select(TraceRow).where(TraceRow.id == "tr_1"))
+        row.tool_calls_json, row.tags_json = [terraform], ["terraform"]
+
+    env.db.write_sync(correct)
+    await run_l2(env.ctx, "ep_1")
+    (after,) = env.pool()
+    assert after.signature != before.signature and after.id != before.id
+    assert after.trace_id == before.trace_id == "tr_1" and after.evidence_trace_ids_json == ["tr_1"]
+
+
 # --------------------------------------------------------------------------------------------------------
 # Induction
 # --------------------------------------------------------------------------------------------------------
