@@ -22,7 +22,6 @@ does not hold), and the ratios, both measured in this run so machine noise cance
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import random
@@ -36,6 +35,10 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_transport import collector_paused
 
 from memos_bridge.client import ServiceClient
 
@@ -188,18 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         # keeps the service's event notifications, and a full collection of that heap took 100-300 ms that
         # the clocks below would count as service latency. Nothing here builds reference cycles that matter
         # for a run of this length.
-        gc.collect()
-        gc.freeze()
-        gc.disable()
-        cpu_before = _cpu_seconds(proc.pid)
-        client_cpu_before = time.process_time()
-        began = time.perf_counter()
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        wall = time.perf_counter() - began
-        gc.enable()
+        with collector_paused():
+            cpu_before = _cpu_seconds(proc.pid)
+            client_cpu_before = time.process_time()
+            began = time.perf_counter()
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            wall = time.perf_counter() - began
         cpu_after = _cpu_seconds(proc.pid)
         client_cpu_s = time.process_time() - client_cpu_before
         cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None

@@ -10,25 +10,21 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from memos_bridge.core.learning.experiences.store import absorbed_feedback
-from memos_bridge.storage.engine import create_db_engine
 from memos_bridge.storage.json_lists import list_has, list_has_any
-from memos_bridge.storage.migrations import migrate
 from memos_bridge.storage.models import PolicyRow
 
 from .factories import add_policy
 
 
 @pytest.fixture
-def backend_engine(backend_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(backend_url, busy_timeout_ms=2000)
-    migrate(engine)
-    yield engine
-    engine.dispose()
+def db_url(backend_url: str) -> str:
+    """The storage suite's migrated `engine` fixture, on each backend."""
+    return backend_url
 
 
 @pytest.fixture
-def seeded(backend_engine: Engine) -> Iterator[Session]:
-    with Session(backend_engine) as db:
+def seeded(engine: Engine) -> Iterator[Session]:
+    with Session(engine) as db:
         add_policy(db, "po_a", tags_json=["deploy", "ep_1"], source_feedback_ids_json=["fb_1", "fb_2"])
         add_policy(db, "po_b", tags_json=["epX1", "ep%2"], source_feedback_ids_json=["fbX3"])
         add_policy(db, "po_c", tags_json=[], source_feedback_ids_json=[])
