@@ -37,6 +37,12 @@ class TransportSettings(_Section):
     shutdown_timeout_s: float = Field(15.0, gt=0, description="Bound on orderly shutdown after EOF.")
     token: str | None = Field(None, description="Shared secret for TCP; required on non-loopback binds.")
     max_concurrent_requests: int = Field(256, ge=1, description="In-flight requests per connection.")
+    heap_trim_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="While the service works, return the C heap's free pages to the system this often, in seconds "
+        "(glibc; keeps resident memory near what the service holds). 0: never.",
+    )
 
 
 class StorageSettings(_Section):

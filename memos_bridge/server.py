@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -24,6 +25,7 @@ from memos_bridge.contract.events import EventType
 from memos_bridge.core.events import EventBus
 from memos_bridge.core.facade import MemoryCore
 from memos_bridge.embedding.factory import create_embedder
+from memos_bridge.heap import run_trimmer
 from memos_bridge.llm.base import LLMProvider
 from memos_bridge.llm.host import HostLLM, NoLLM
 from memos_bridge.rpc.handlers import build_methods
@@ -118,6 +120,20 @@ async def _warm_up_then_freeze(core: MemoryCore) -> None:
     gc.freeze()
 
 
+def _busy_since_last_ask(core: MemoryCore) -> Callable[[], bool]:
+    """True when a turn or a learning chain ran since the last call (the heap trimmer's cue: an idle service
+    freed nothing new, so trimming it again would only cost time)."""
+    seen = (-1, -1)
+
+    def ask() -> bool:
+        nonlocal seen
+        now = (core.learning.gate.entered, core.learning.queue.stats.chains_run)
+        busy, seen = now != seen, now
+        return busy
+
+    return ask
+
+
 async def _run(
     settings: Settings,
     serve: Callable[[dict[str, Any], PeerHub], Awaitable[None]],
@@ -137,6 +153,12 @@ async def _run(
             group.start_soon(core.backfill.run_forever)
             group.start_soon(core.strength.run_decay_loop)
             group.start_soon(core.run_shared)
+            if settings.transport.heap_trim_interval_s > 0:
+                group.start_soon(
+                    partial(run_trimmer, interval_s=settings.transport.heap_trim_interval_s),
+                    _busy_since_last_ask(core),
+                    core.heap_trims,
+                )
             core.events.emit(EventType.SYSTEM_STARTED, {"home": str(settings.home)})
             viewer_host = ViewerHost(settings, methods, core, group)
             core.viewer_launcher = viewer_host.launch

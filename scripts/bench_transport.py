@@ -498,6 +498,8 @@ class WorkloadReport:
     wall_s: float
     service_cpu_s: float
     latencies: dict[str, list[float]]
+    client_cpu_s: float = 0.0
+    """This benchmark's own CPU meanwhile (the 8 hosts' client): it shares the cores with the service."""
 
     @property
     def steps_per_s(self) -> float:
@@ -511,6 +513,7 @@ class WorkloadReport:
             "wallS": round(self.wall_s, 2),
             "stepsPerS": round(self.steps_per_s, 1),
             "serviceCpuMsPerStep": round(self.service_cpu_s * 1000 / self.steps, 2),
+            "clientCpuMsPerStep": round(self.client_cpu_s * 1000 / self.steps, 2),
             "latencyMs": {method: dist(values) for method, values in sorted(self.latencies.items())},
         }
 
@@ -523,10 +526,11 @@ def drive_workload(client: ServiceClient, steps: int, seed: int, hosts: int = 8,
     scripts = [host_script(tasks[h::hosts], h) for h in range(min(hosts, count))]
     proc = client.process
     assert proc is not None
-    cpu0, started = cpu_seconds(proc.pid), time.perf_counter()
+    cpu0, own0, started = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
     latencies = run_scripts(client, scripts)
     wall = time.perf_counter() - started
-    return WorkloadReport(count * TURNS_PER_TASK * STEPS_PER_TURN, tasks, wall, cpu_seconds(proc.pid) - cpu0, latencies)
+    service_cpu, client_cpu = cpu_seconds(proc.pid) - cpu0, time.process_time() - own0
+    return WorkloadReport(count * TURNS_PER_TASK * STEPS_PER_TURN, tasks, wall, service_cpu, latencies, client_cpu)
 
 
 def lone_verdicts(client: ServiceClient, tasks: list[Task], count: int) -> list[float]:
@@ -925,7 +929,8 @@ def main() -> int:
         print(
             f"workload capture:             {work.steps_per_s:,.1f} steps/s  ({work.steps:,} steps, "
             f"{len(work.tasks)} tasks of {TURNS_PER_TASK} turns × {STEPS_PER_TURN} steps, 8 hosts, learning "
-            f"{args.learning}); service CPU {work.service_cpu_s * 1000 / work.steps:.1f} ms/step"
+            f"{args.learning}); service CPU {work.service_cpu_s * 1000 / work.steps:.1f} ms/step, this client's "
+            f"{work.client_cpu_s * 1000 / work.steps:.1f} ms/step"
         )
         print(f"                              {latency}")
 

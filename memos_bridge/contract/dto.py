@@ -1239,6 +1239,14 @@ class RedactionHealthDTO(WireModel):
     by_kind: dict[str, int] = Field(default_factory=dict)
 
 
+class ProcessHealthDTO(WireModel):
+    """The service process's memory, and what the heap trimmer gave back to the system."""
+
+    rss_mib: float | None = Field(None, description="Resident memory now, MiB (Linux only).")
+    heap_trims: int = Field(0, description="Times free C-heap pages were returned to the system (glibc only).")
+    heap_released_mib: float = Field(0.0, description="Resident memory those trims released in all, MiB (estimate).")
+
+
 class CoreHealthDTO(WireModel):
     ok: bool
     version: str
@@ -1255,6 +1263,7 @@ class CoreHealthDTO(WireModel):
     )
     redactions: RedactionHealthDTO | None = Field(None, description="Secrets redacted from requests, by kind.")
     storage: StorageHealthDTO | None = Field(None, description="The database backend.")
+    process: ProcessHealthDTO | None = Field(None, description="The process's resident memory and heap trims.")
 
 
 class ConfigSourcesDTO(WireModel):

@@ -43,6 +43,7 @@ from memos_bridge.core.strength import StrengthService
 from memos_bridge.core.turns import TurnService
 from memos_bridge.core.vector_store import VectorStore
 from memos_bridge.embedding.base import Embedder
+from memos_bridge.heap import TrimStats, resident_mib
 from memos_bridge.llm.apilog import DatabaseApiLogSink
 from memos_bridge.llm.base import ChatMessage, LLMProvider
 from memos_bridge.llm.facade import LLMFacade
@@ -88,6 +89,8 @@ class MemoryCore:
         self._schema_version: int | None = None
         self._backend: dto.StorageHealthDTO | None = None
         self.background = BackgroundWork()
+        #: What the server's heap trimmer did (`memos_bridge.heap`), reported by `core.health`.
+        self.heap_trims = TrimStats()
         self.vectors = VectorStore(db, embedder.dim)
         self.retriever = Retriever(db, embedder, self.vectors, settings.retrieval, self.llm)
         self.sessions = SessionService(db, self.events, settings.session)
@@ -209,6 +212,11 @@ class MemoryCore:
             llm_usage=self.llm.stats(),
             redactions=self._redaction_health(),
             storage=await self._cached_backend(),
+            process=dto.ProcessHealthDTO(
+                rss_mib=None if (rss := resident_mib()) is None else round(rss, 1),
+                heap_trims=self.heap_trims.runs,
+                heap_released_mib=round(self.heap_trims.released_mib, 1),
+            ),
         )
 
     @property

@@ -346,3 +346,27 @@ def test_many_concurrent_calls_are_all_answered_by_id(service: ServiceClient) ->
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_working_service_returns_freed_heap_pages_and_reports_them(home: Path) -> None:
+    """`core.health.process` shows resident memory; a service that worked is trimmed each interval (glibc)."""
+    from memos_bridge.heap import can_trim
+
+    env = {"MEMOS_BRIDGE_TRANSPORT__HEAP_TRIM_INTERVAL_S": "0.3"}
+    with ServiceClient.spawn(home, env=env) as client:
+        session = client.call("session.open", {"agent": AGENT})["sessionId"]
+        start = _start(client, session, "parse the SEC 13F infoTable and total holdings", 1_000)
+        _end(client, session, start["query"]["episodeId"], 2_000, **MULTI_TOOL)
+        deadline = time.monotonic() + 20
+        process = client.call("core.health")["process"]
+        while can_trim() and process["heapTrims"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            process = client.call("core.health")["process"]
+        assert process["rssMib"] > 50
+        if can_trim():
+            assert process["heapTrims"] >= 1
+            assert process["heapReleasedMib"] >= 0
+            trims = process["heapTrims"]
+            time.sleep(1.5)  # idle: nothing new was freed, so it is not trimmed again
+            idle = client.call("core.health")["process"]["heapTrims"]
+            assert idle - trims <= 1  # at most the trim that was already due when the health call arrived
