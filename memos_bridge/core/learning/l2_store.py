@@ -240,52 +240,14 @@ def record_associations(
 
     Re-sighting refreshes the TTL of the trace's own row and of the rest of its unexpired bucket: a
     pattern that keeps coming back should not lose its older evidence one row at a time.
+
+    The work is done set-wise, a few statements per call whatever the number of traces: this runs in the
+    single write transaction every host's capture also waits for, so each statement per trace (a task has
+    tens of steps) was time the writer was held from them.
     """
     out = AssociationWrite()
-    for trace, policy_id, score in matches:
-        policy = _policy(db, policy_id)
-        if policy is None or policy.status == STATUS_ARCHIVED:
-            continue
-        if _link(db, trace.id, policy_id, trace.episode_id, now):
-            out.links.append((trace.id, policy_id, score))
-        db.execute(
-            update(L2CandidateRow)
-            .where(L2CandidateRow.trace_id == trace.id, L2CandidateRow.policy_id.is_(None))
-            .values(policy_id=policy_id)
-        )
-    expires = now + ttl_ms
-    for trace, score in unmatched:
-        signature = str(trace.signature)
-        key = pool_key(signature, trace.id)
-        # A trace whose signature changed since it was pooled (e.g. a reflection added later) moves rows.
-        db.execute(
-            delete(L2CandidateRow).where(
-                L2CandidateRow.trace_id == trace.id,
-                L2CandidateRow.id != key,
-                L2CandidateRow.policy_id.is_(None),
-            )
-        )
-        row = db.get(L2CandidateRow, key)
-        if row is None:
-            db.add(
-                L2CandidateRow(
-                    id=key,
-                    trace_id=trace.id,
-                    evidence_trace_ids_json=[trace.id],
-                    signature=signature,
-                    similarity=score,
-                    expires_at=expires,
-                    created_at=now,
-                    **owner.as_columns(),
-                )
-            )
-        elif row.policy_id is None:
-            row.expires_at, row.similarity = expires, score
-        else:
-            continue  # already promoted (its link was removed with a deleted policy): leave it be
-        db.flush()
-        out.pooled.append(trace.id)
-        out.signatures.add(signature)
+    _link_matches(db, matches, now, out)
+    _pool_unmatched(db, owner, unmatched, now, now + ttl_ms, out)
     for signature in sorted(out.signatures):  # once per pattern, not once per step that fed it
         db.execute(
             update(L2CandidateRow)
@@ -295,9 +257,96 @@ def record_associations(
                 L2CandidateRow.policy_id.is_(None),
                 L2CandidateRow.expires_at > now,
             )
-            .values(expires_at=expires)
+            .values(expires_at=now + ttl_ms)
         )
     return out
+
+
+def _link_matches(
+    db: Session, matches: Sequence[tuple[TraceView, str, float]], now: int, out: AssociationWrite
+) -> None:
+    """Link each matched trace to its policy unless the policy is gone or archived, or the link exists; the
+    trace's unpromoted pool rows now belong to that policy."""
+    if not matches:
+        return
+    wanted = {pid for _, pid, _ in matches}
+    statuses: dict[str, str] = {
+        pid: status
+        for pid, status in db.execute(select(PolicyRow.id, PolicyRow.status).where(PolicyRow.id.in_(wanted)))
+    }
+    live = [(t, pid, score) for t, pid, score in matches if pid in statuses and statuses[pid] != STATUS_ARCHIVED]
+    if not live:
+        return
+    linked: set[tuple[str, str]] = {
+        (trace_id, policy_id)
+        for trace_id, policy_id in db.execute(
+            select(TracePolicyLinkRow.trace_id, TracePolicyLinkRow.policy_id).where(
+                TracePolicyLinkRow.trace_id.in_({t.id for t, _, _ in live})
+            )
+        )
+    }
+    promoted: dict[str, list[str]] = {}
+    for trace, policy_id, score in live:
+        promoted.setdefault(policy_id, []).append(trace.id)
+        if (trace.id, policy_id) in linked:
+            continue
+        linked.add((trace.id, policy_id))
+        db.add(TracePolicyLinkRow(trace_id=trace.id, policy_id=policy_id, episode_id=trace.episode_id, created_at=now))
+        out.links.append((trace.id, policy_id, score))
+    db.flush()
+    for policy_id, trace_ids in promoted.items():
+        db.execute(
+            update(L2CandidateRow)
+            .where(L2CandidateRow.trace_id.in_(trace_ids), L2CandidateRow.policy_id.is_(None))
+            .values(policy_id=policy_id)
+        )
+
+
+def _pool_unmatched(
+    db: Session,
+    owner: OwnerFilter,
+    unmatched: Sequence[tuple[TraceView, float]],
+    now: int,
+    expires: int,
+    out: AssociationWrite,
+) -> None:
+    """Pool each unmatched trace under its signature (one row per pattern and trace), or refresh its row."""
+    if not unmatched:
+        return
+    keys = {trace.id: pool_key(str(trace.signature), trace.id) for trace, _ in unmatched}
+    # A trace whose signature changed since it was pooled (e.g. a reflection added later) moves rows. A key
+    # names its trace (it ends with the trace id), so no row of one trace is another trace's key.
+    db.execute(
+        delete(L2CandidateRow).where(
+            L2CandidateRow.trace_id.in_(list(keys)),
+            L2CandidateRow.id.not_in(list(keys.values())),
+            L2CandidateRow.policy_id.is_(None),
+        )
+    )
+    rows = {row.id: row for row in db.scalars(select(L2CandidateRow).where(L2CandidateRow.id.in_(list(keys.values()))))}
+    for trace, score in unmatched:
+        signature = str(trace.signature)
+        key = keys[trace.id]
+        row = rows.get(key)
+        if row is None:
+            rows[key] = L2CandidateRow(
+                id=key,
+                trace_id=trace.id,
+                evidence_trace_ids_json=[trace.id],
+                signature=signature,
+                similarity=score,
+                expires_at=expires,
+                created_at=now,
+                **owner.as_columns(),
+            )
+            db.add(rows[key])
+        elif row.policy_id is None:
+            row.expires_at, row.similarity = expires, score
+        else:
+            continue  # already promoted (its link was removed with a deleted policy): leave it be
+        out.pooled.append(trace.id)
+        out.signatures.add(signature)
+    db.flush()
 
 
 # ---------------------------------------------------------------- induction

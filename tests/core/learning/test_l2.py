@@ -706,6 +706,47 @@ async def test_a_step_whose_pattern_changed_moves_its_pool_row(make_env: Any) ->
     assert after.trace_id == before.trace_id == "tr_1" and after.evidence_trace_ids_json == ["tr_1"]
 
 
+def test_association_writes_do_not_grow_with_the_number_of_steps(make_env: Any) -> None:
+    """The association and pooling write runs in the writer every capture waits for: its statements per task
+    must not grow with the task's steps (they did, several per step)."""
+    from sqlalchemy import event
+
+    env: Env = make_env(min_episodes_for_induction=5)
+    env.policy("po_1", unit(0), status="active")
+
+    def statements(episode_id: str, steps: int) -> tuple[int, l2_store.AssociationWrite]:
+        env.episode(episode_id)
+        views = []
+        for i in range(steps):
+            trace_id = env.trace(episode_id, f"tr_{episode_id}_{i}", vec=random_unit(f"{episode_id}{i}"))
+            views.append(_view(trace_id, episode_id, 0.5, tags=(f"tag{i % 3}",)))
+        matches = [(view, "po_1", 0.9) for view in views[: steps // 2]]
+        unmatched = [(view, 0.3) for view in views[steps // 2 :]]
+        seen: list[str] = []
+
+        def count(*args: Any) -> None:
+            seen.append(args[2])
+
+        engine = env.db.engine
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            written = env.db.write_sync(
+                lambda db: l2_store.record_associations(db, OWNER, matches, unmatched, env.clock(), DAY)
+            )
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        return len(seen), written
+
+    few, written_few = statements("ep_few", 4)
+    many, written_many = statements("ep_many", 40)
+    assert len(written_few.links) == 2 and len(written_many.links) == 20
+    assert len(written_few.pooled) == 2 and len(written_many.pooled) == 20
+    assert env.count(TracePolicyLinkRow) == 22 and env.count(L2CandidateRow) == 22
+    # Inserts may go out as one statement per row or as a batch, depending on the driver; everything else
+    # (reads, the promotion and the refresh, which depend on the patterns) is a fixed handful.
+    assert many - few <= 2 * (20 - 2) + 2
+
+
 # --------------------------------------------------------------------------------------------------------
 # Induction
 # --------------------------------------------------------------------------------------------------------
