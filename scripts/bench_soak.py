@@ -180,6 +180,12 @@ def main() -> int:
         f"(the vector indexes need {vectors_per_k:.2f}); turn.start p50 {latency_per_hour:+.1f} ms/hour; "
         f"{figures['steps']:,} steps, errors {len(shared.errors)}"
     )
+    process = health.get("process") if isinstance(health, dict) else None
+    if process:
+        print(
+            f"heap trims: {process.get('heapTrims', 0):,}, {process.get('heapReleasedMib', 0):,.0f} MiB returned "
+            "to the system in all (core.health.process)"
+        )
     for error in shared.errors:
         print(f"  {error}")
     if args.out:
@@ -190,6 +196,7 @@ def main() -> int:
             "samples": samples,
             "figures": figures,
             "learning": health.get("learning") if isinstance(health, dict) else None,
+            "process": process,
         }
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
