@@ -17,8 +17,8 @@ has done some work since the last trim, and only at a moment when no host is wai
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
+import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,13 +35,10 @@ TRIM_INTERVAL_S = 30.0
 
 
 def _load_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, or None where the C library has none."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """glibc's `malloc_trim`, or None where the C library has none (looked up among the process's own symbols:
+    no `ldconfig` run, nothing loaded)."""
     try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
@@ -64,9 +61,7 @@ def resident_mib() -> float | None:
             pages = int(handle.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
-    import resource
-
-    return pages * resource.getpagesize() / 2**20
+    return pages * mmap.PAGESIZE / 2**20
 
 
 @dataclass
