@@ -30,9 +30,6 @@ from memos_bridge.storage.priority import yield_to_interactive
 
 log = logging.getLogger(__name__)
 
-TRIM_INTERVAL_S = 30.0
-"""Seconds between trims of a busy service (an idle one is not trimmed again: nothing was freed)."""
-
 
 def _load_trim() -> Callable[[int], int] | None:
     """glibc's `malloc_trim`, or None where the C library has none (looked up among the process's own symbols:
@@ -96,9 +93,10 @@ async def run_trimmer(
     busy_since_last: Callable[[], bool],
     stats: TrimStats,
     *,
-    interval_s: float = TRIM_INTERVAL_S,
+    interval_s: float,
 ) -> None:
-    """Trim every `interval_s` while the service works (start this in the server's task group).
+    """Trim every `interval_s` (`transport.heap_trim_interval_s`) while the service works (start this in the
+    server's task group).
 
     `busy_since_last` says whether any request or background work ran since it was last asked: an idle
     service has freed nothing new, so it is not trimmed again.

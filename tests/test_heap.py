@@ -12,16 +12,16 @@ from memos_bridge import heap
 needs_glibc = pytest.mark.skipif(not heap.can_trim(), reason="malloc_trim is glibc's")
 
 
+_KEPT: list[bytes] = []
+
+
 def _fragment_a_thread_arena(chunks: int, size: int) -> None:
     """In a fresh thread (its own glibc arena), allocate `chunks` blocks, keep the last one and free the rest:
     the freed pages lie below a live block, so the arena cannot shrink by itself."""
     blocks = [bytes(size) for _ in range(chunks)]
     keep = blocks[-1]
     del blocks
-    _fragment_a_thread_arena.kept.append(keep)  # type: ignore[attr-defined]
-
-
-_fragment_a_thread_arena.kept = []  # type: ignore[attr-defined]
+    _KEPT.append(keep)
 
 
 @needs_glibc
