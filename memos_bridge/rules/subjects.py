@@ -365,7 +365,36 @@ def _same_word(a: str, b: str) -> bool:
     if a == b:
         return True
     short, long = sorted((a, b), key=len)
-    return len(short) >= 4 and long.startswith(short) and len(long) - len(short) <= 3
+    return len(short) >= 4 and long.startswith(short) and len(long) - len(short) <= MAX_INFLECTION
+
+
+MAX_INFLECTION: Final = 3
+"""Letters an inflection may add to a word of at least 4 letters ("weight" → "weights", "invoice" → "invoiced")."""
+
+
+def _stems(word: str) -> set[str]:
+    """The shorter words `word` is an inflection of, by `_same_word`: its prefixes of at least 4 letters that lack
+    at most MAX_INFLECTION of its letters."""
+    return {word[:k] for k in range(max(4, len(word) - MAX_INFLECTION), len(word))}
+
+
+@dataclass(frozen=True)
+class WordForms:
+    """A text's words, and every shorter word one of them inflects: `has_form(w)` answers "does the text use `w`
+    or an inflection of it" (`_same_word` against each of its words) with set lookups, as the subject gate asks
+    it of one request for every candidate lesson."""
+
+    words: frozenset[str]
+    stems: frozenset[str]
+
+    @classmethod
+    def of(cls, words: Iterable[str]) -> WordForms:
+        own = frozenset(words)
+        return cls(own, frozenset(stem for word in own for stem in _stems(word)))
+
+    def has_form(self, word: str) -> bool:
+        # word == other; word the shorter (a stem of other); other the shorter (other a stem of word)
+        return word in self.words or word in self.stems or any(stem in self.words for stem in _stems(word))
 
 
 def _strength(term: str) -> str:
@@ -445,9 +474,16 @@ def _names_owner(term: str, request: str) -> bool:
 def shares_words(request: str, words: Iterable[str], need: int = 2) -> bool:
     """Whether `request` uses at least `need` of a lesson's own words (or their inflections): how a lesson that
     names nothing ("Never force-push to main") is found for a request about the same thing."""
-    have = set(_PART.findall(request.casefold())) | set(re.findall(r"[a-z]{2,3}", request.casefold()))
-    found = sum(any(_same_word(word, other) for other in have) for word in dict.fromkeys(words))
+    have = _request_forms(request)
+    found = sum(have.has_form(word) for word in dict.fromkeys(words))
     return found >= min(need, len(set(words))) > 0
+
+
+@functools.lru_cache(maxsize=256)
+def _request_forms(request: str) -> WordForms:
+    """A request's words and 2-3 letter pieces, with their stems (cached: one request meets many lessons)."""
+    lowered = request.casefold()
+    return WordForms.of(set(_PART.findall(lowered)) | set(re.findall(r"[a-z]{2,3}", lowered)))
 
 
 def same_inputs(a: Iterable[str], b: Iterable[str]) -> bool:
