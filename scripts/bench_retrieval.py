@@ -529,8 +529,13 @@ def build_database(home: Path, n_traces: int, url: str | None = None) -> BuildRe
     """Sessions and episodes first (FK parents), then traces streamed in chunks, then the episodes' and
     sessions' end times and trace lists, then policies, skills and world models. `url`: the database (default
     the home's SQLite file); on PostgreSQL the traces' HNSW indexes are built once after the load instead of
-    the FTS5 triggers' deferral (its full-text side tables are filled by their triggers, row by row)."""
+    the FTS5 triggers' deferral (its full-text side tables are filled by their triggers, row by row).
+
+    The steps' vectors follow the service's `embedding.step_vectors`: with "one" (the default) a tool or
+    reply step, as capture stores it, holds its one vector in both columns; with "two" its action vector is
+    another."""
     started = time.perf_counter()
+    one_vector = load_settings(home).embedding.step_vectors == "one"
     corpus = Corpus(n_traces)
     rng = corpus.rng
     n_sessions, n_episodes = corpus.sessions, corpus.episodes
@@ -570,7 +575,8 @@ def build_database(home: Path, n_traces: int, url: str | None = None) -> BuildRe
 
     def finish(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         topics = [int(row.pop("_topic")) for row in batch]
-        summary, action = corpus.vectors(topics), corpus.vectors(topics)
+        summary = corpus.vectors(topics)
+        action = summary if one_vector else corpus.vectors(topics)
         for i, row in enumerate(batch):
             row["vec_summary"] = to_blob(summary[i])
             row["vec_action"] = to_blob(action[i])
@@ -1323,6 +1329,7 @@ def main() -> int:
         "machine": info,
         "learning": args.learning,
         "corpus": args.corpus,
+        "stepVectors": load_settings(tempfile.gettempdir()).embedding.step_vectors,  # as the homes read it
         "sizes": [],
     }
     started = time.perf_counter()

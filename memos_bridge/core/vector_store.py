@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,12 +36,22 @@ from sqlalchemy.orm import Session
 from memos_bridge.storage import pg_vectors, repos
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.owner import OwnerFilter, OwnerKey
-from memos_bridge.storage.vectors import VECTOR_FIELDS, VectorIndex, from_blob
+from memos_bridge.storage.vectors import VECTOR_FIELDS, VectorIndex, VectorRow, from_blob
 
 log = logging.getLogger(__name__)
 
 FIELDS: dict[str, tuple[str, ...]] = VECTOR_FIELDS
 TRACE_FIELDS = FIELDS["trace"]
+
+PAIRED_FIELDS: dict[str, tuple[str, str]] = {"trace": ("vec_summary", "vec_action")}
+"""Kinds whose second vector column usually repeats the first: (first, second).
+
+A step embedded once (`embedding.step_vectors = "one"`, the default, for tool and reply steps) stores the
+same vector in both columns. `MemoryVectors` keeps such a vector once: the first column's index holds every
+row and *marks* the rows whose second vector is the same; the second column's index holds only the rows
+whose second vector differs. A search of the second column scores both and merges them, so it returns what
+a full second index would, and the process holds about half the step vectors it did (150 MiB at 100k steps).
+"""
 
 Hits = list[tuple[str, float]]
 
@@ -84,6 +94,15 @@ class VectorBackend(Protocol):
     def invalidate(self) -> None: ...
 
 
+def _repeats(kind: str, row: Any) -> bool:
+    """Whether `row`'s second paired vector is the same as its first (then it is held once, marked)."""
+    pair = PAIRED_FIELDS.get(kind)
+    if pair is None:
+        return False
+    first = getattr(row, pair[0])
+    return first is not None and first == getattr(row, pair[1])
+
+
 class MemoryVectors:
     """In-memory indexes loaded from the database (SQLite, or PostgreSQL without pgvector)."""
 
@@ -98,6 +117,9 @@ class MemoryVectors:
         self.invalidate()
 
     async def ensure_loaded(self, kind: str, field: str) -> VectorIndex:
+        first, second = PAIRED_FIELDS.get(kind, (None, None))
+        if field == second and first is not None:  # its searches also score the first index's marked rows
+            await self.ensure_loaded(kind, first)
         key = (kind, field)
         index = self._indexes[key]
         if key in self._loaded:
@@ -123,7 +145,14 @@ class MemoryVectors:
 
     def _load_sync(self, db: Session, kind: str, field: str) -> int:
         """Rows with another model's vector size are skipped (logged) until re-embedded."""
-        result = self._indexes[(kind, field)].load(repos.iter_vectors(db, kind, field))
+        first, second = PAIRED_FIELDS.get(kind, (None, None))
+        if field == first:
+            rows: Iterable[VectorRow] = repos.iter_vectors(db, kind, field, mark_same_as=second)
+        elif field == second:
+            rows = repos.iter_vectors(db, kind, field, unlike=first)
+        else:
+            rows = repos.iter_vectors(db, kind, field)
+        result = self._indexes[(kind, field)].load(rows)
         if result.skipped:
             log.warning("vector index %s.%s: %d rows skipped (wrong dimension or invalid)", kind, field, result.skipped)
         return result.loaded
@@ -132,14 +161,17 @@ class MemoryVectors:
         """Keep loaded indexes current after an insert or update; unloaded ones read the row later anyway."""
         owner = OwnerKey.of_row(row)
         archived = row.archived_at is not None or getattr(row, "status", None) == "archived"
+        first, second = PAIRED_FIELDS.get(kind, (None, None))
+        repeated = _repeats(kind, row)
         for field in FIELDS[kind]:
             if (kind, field) not in self._loaded:
                 continue
             blob = getattr(row, field)
-            if blob is None or archived:
+            if blob is None or archived or (repeated and field == second):
                 self._indexes[(kind, field)].remove(row.id)
             else:
-                self._indexes[(kind, field)].upsert(row.id, from_blob(blob, self.dim), owner)
+                vector = from_blob(blob, self.dim)
+                self._indexes[(kind, field)].upsert(row.id, vector, owner, marked=repeated and field == first)
 
     def remove(self, kind: str, row_id: str) -> None:
         for field in FIELDS[kind]:
@@ -155,27 +187,48 @@ class MemoryVectors:
         owner: OwnerFilter | None,
         min_score: float | None = None,
     ) -> Hits:
-        index = await self.ensure_loaded(kind, field)
-        return index.search(query, k, owner, min_score=min_score)
+        await self.ensure_loaded(kind, field)
+        return self._search(kind, field, query, k, owner, min_score)
+
+    def _search(
+        self, kind: str, field: str, query: Any, k: int, owner: OwnerFilter | None, min_score: float | None
+    ) -> Hits:
+        """One index's top `k`; for the second of paired fields, merged with the first index's marked rows."""
+        hits = self._indexes[(kind, field)].search(query, k, owner, min_score=min_score)
+        first, second = PAIRED_FIELDS.get(kind, (None, None))
+        if field != second or first is None:
+            return hits
+        repeated = self._indexes[(kind, first)].search(query, k, owner, min_score=min_score, marked_only=True)
+        return sorted(hits + repeated, key=lambda hit: -hit[1])[:k]
 
     async def search_many(self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None) -> list[Hits]:
         """Several searches with one query vector, in ONE worker-thread hop: a matrix product over 100k
         rows takes milliseconds, which must not stall the event loop, and a hop per index costs more than
         the small indexes' searches themselves."""
-        indexes = [await self.ensure_loaded(job.kind, job.field) for job in jobs]
+        for job in jobs:
+            await self.ensure_loaded(job.kind, job.field)
 
         def run() -> list[Hits]:
             return [
-                index.search(query, job.k, job.owner if job.own_owner else owner, min_score=job.min_score)
-                for index, job in zip(indexes, jobs, strict=True)
+                self._search(job.kind, job.field, query, job.k, job.owner if job.own_owner else owner, job.min_score)
+                for job in jobs
             ]
 
         return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
 
+    def held(self, kind: str, field: str) -> int:
+        """Rows this process holds in one index (0 before it is loaded)."""
+        return len(self._indexes[(kind, field)]) if (kind, field) in self._loaded else 0
+
     def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored vectors of loaded rows (for MMR redundancy), without touching the database."""
         index = self._indexes[(kind, field)]
-        return {i: v for i in ids if (v := index.get(i)) is not None}
+        found = {i: v for i in ids if (v := index.get(i)) is not None}
+        first, second = PAIRED_FIELDS.get(kind, (None, None))
+        if field == second and first is not None and len(found) < len(ids):
+            full = self._indexes[(kind, first)]
+            found.update({i: v for i in ids if i not in found and full.is_marked(i) and (v := full.get(i)) is not None})
+        return found
 
     def stored_vectors(self, db: Session, kind: str, field: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """`vectors_of` from a worker thread (the indexes lock themselves); the session is not needed."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, func, insert, or_, select, true
+from sqlalchemy import ColumnElement, bindparam, case, false, func, insert, or_, select, true
 from sqlalchemy.orm import Session
 
 from memos_bridge.storage.models import (
@@ -243,14 +243,25 @@ VECTOR_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def iter_vectors(db: Session, kind: str, field: str, batch: int = 5000) -> Iterator[tuple[str, bytes, OwnerKey]]:
-    """(id, vector blob, owner key) of every live row of `kind` with that vector, streamed in batches.
+def iter_vectors(
+    db: Session,
+    kind: str,
+    field: str,
+    batch: int = 5000,
+    *,
+    mark_same_as: str | None = None,
+    unlike: str | None = None,
+) -> Iterator[tuple[str, bytes, OwnerKey, bool]]:
+    """(id, vector blob, owner key, marked) of every live row of `kind` with that vector, streamed in batches.
 
     Archived rows (archived_at set, or status 'archived' where the kind has a status) are left out: they
-    are restorable but never recalled.
+    are restorable but never recalled. `mark_same_as` marks the rows whose vector in that other column is the
+    same; `unlike` leaves out the rows whose vector in that other column is the same (each blob compared in
+    SQL, so the other column's bytes are never read into Python).
     """
     model = SEARCHABLE_MODELS[kind]
     column = getattr(model, field)
+    marked = case((column == getattr(model, mark_same_as), True), else_=False) if mark_same_as else false()
     stmt = select(
         model.id,
         column,
@@ -258,11 +269,16 @@ def iter_vectors(db: Session, kind: str, field: str, batch: int = 5000) -> Itera
         model.owner_profile_id,
         model.owner_workspace_id,
         model.share_scope,
+        marked,
     ).where(column.is_not(None), model.archived_at.is_(None))
+    if unlike is not None:
+        other = getattr(model, unlike)
+        stmt = stmt.where(or_(other.is_(None), other != column))
     if hasattr(model, "status"):
         stmt = stmt.where(model.status != "archived")
-    for row_id, blob, agent_kind, profile, workspace, scope in db.execute(stmt.execution_options(yield_per=batch)):
-        yield row_id, blob, OwnerKey(agent_kind, profile, workspace, scope in SHARED_SCOPES)
+    rows = db.execute(stmt.execution_options(yield_per=batch))
+    for row_id, blob, agent_kind, profile, workspace, scope, same in rows:
+        yield row_id, blob, OwnerKey(agent_kind, profile, workspace, scope in SHARED_SCOPES), bool(same)
 
 
 # ---------------------------------------------------------------- logs

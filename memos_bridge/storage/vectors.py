@@ -41,8 +41,8 @@ from memos_bridge.storage.owner import OwnerFilter, OwnerKey
 FloatArray = NDArray[np.float32]
 AnyFloatArray = NDArray[np.floating[Any]]
 VectorLike = AnyFloatArray | Sequence[float] | bytes
-VectorRow = tuple[str, VectorLike, OwnerKey]
-"""(id, vector as BLOB or array, owner) as produced by a loader."""
+VectorRow = tuple[str, VectorLike, OwnerKey] | tuple[str, VectorLike, OwnerKey, bool]
+"""(id, vector as BLOB or array, owner[, marked]) as produced by a loader (`marked`: see `VectorIndex`)."""
 
 _BLOB_DTYPE = np.dtype("<f4")
 
@@ -90,7 +90,13 @@ class LoadResult(NamedTuple):
 
 
 class VectorIndex:
-    """A cosine-similarity index of `dim`-dimensional vectors keyed by string id, with owner filtering."""
+    """A cosine-similarity index of `dim`-dimensional vectors keyed by string id, with owner filtering.
+
+    A row may be *marked* (`upsert(..., marked=True)`, or a 4th element of a loaded row), and a search may be
+    limited to the marked rows. The owner uses it to let one matrix answer for two columns that hold the same
+    vector in most rows: a step's summary and action vectors are one embedding when the step was embedded
+    once, so the action column's search scores the summary matrix's marked rows instead of a second copy.
+    """
 
     def __init__(
         self,
@@ -123,6 +129,7 @@ class VectorIndex:
         self._misplaced: set[int] = set()
         self._groups: NDArray[np.int32] = np.zeros(capacity, dtype=np.int32)
         self._shared: NDArray[np.bool_] = np.zeros(capacity, dtype=np.bool_)
+        self._marked: NDArray[np.bool_] = np.zeros(capacity, dtype=np.bool_)
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
         self._group_ids: dict[tuple[str, str, str | None], int] = {}
@@ -174,7 +181,9 @@ class VectorIndex:
         groups[:n] = self._groups[:n]
         shared = np.zeros(new_cap, dtype=np.bool_)
         shared[:n] = self._shared[:n]
-        self._matrix, self._groups, self._shared = matrix, groups, shared
+        marked = np.zeros(new_cap, dtype=np.bool_)
+        marked[:n] = self._marked[:n]
+        self._matrix, self._groups, self._shared, self._marked = matrix, groups, shared, marked
 
     def _coerce(self, vec: VectorLike) -> FloatArray:
         """The vector as a float32 array of shape (dim,); raises ValueError otherwise."""
@@ -191,7 +200,7 @@ class VectorIndex:
             raise ValueError("vector contains NaN or infinity")
         return arr / np.float32(np.sqrt(sumsq)) if sumsq > 0 else arr
 
-    def _put(self, item_id: str, unit: FloatArray, owner: OwnerKey) -> None:
+    def _put(self, item_id: str, unit: FloatArray, owner: OwnerKey, marked: bool = False) -> None:
         pos = self._pos.get(item_id)
         if pos is None:
             pos = len(self._ids)
@@ -201,6 +210,7 @@ class VectorIndex:
         self._matrix[pos] = unit
         self._groups[pos] = self._group(owner)
         self._shared[pos] = owner.shared
+        self._marked[pos] = marked
         if self._centroids is not None:
             self._cluster[pos] = int(np.argmax(self._centroids @ unit))
             self._note_placement(pos)
@@ -234,8 +244,9 @@ class VectorIndex:
         slot: dict[str, int] = {}
         chunks: list[bytes] = []
         owners: list[OwnerKey] = []
+        marks: list[bool] = []
         skipped = 0
-        for item_id, vec, owner in rows:
+        for item_id, vec, owner, *mark in rows:
             if isinstance(vec, bytes):
                 raw = vec
             else:
@@ -249,8 +260,9 @@ class VectorIndex:
                 slot[item_id] = len(chunks)
                 chunks.append(raw)
                 owners.append(owner)
+                marks.append(bool(mark and mark[0]))
             else:
-                chunks[at], owners[at] = raw, owner
+                chunks[at], owners[at], marks[at] = raw, owner, bool(mark and mark[0])
         ids = list(slot)
         matrix = np.frombuffer(b"".join(chunks), dtype=_BLOB_DTYPE).reshape(len(ids), self._dim)
         sumsq = np.einsum("ij,ij->i", matrix, matrix)  # same finiteness rule as `_normalised`
@@ -261,6 +273,7 @@ class VectorIndex:
             matrix, sumsq = matrix[keep], sumsq[keep]
             ids = [ids[i] for i in keep]
             owners = [owners[i] for i in keep]
+            marks = [marks[i] for i in keep]
 
         n = len(ids)
         self._reset(max(self._initial_capacity, n))
@@ -272,6 +285,7 @@ class VectorIndex:
         for i, owner in enumerate(owners):
             self._groups[i] = self._group(owner)
             self._shared[i] = owner.shared
+        self._marked[:n] = marks
         self._loaded = True
         self.last_load = LoadResult(n, skipped)
         self._maybe_train()
@@ -326,6 +340,7 @@ class VectorIndex:
             self._matrix[:n, start:stop] = self._matrix[order, start:stop]
         self._groups[:n] = self._groups[order]
         self._shared[:n] = self._shared[order]
+        self._marked[:n] = self._marked[order]
         self._cluster[:n] = self._cluster[order]
         self._ids = [self._ids[i] for i in order]
         self._pos = {item_id: i for i, item_id in enumerate(self._ids)}
@@ -382,12 +397,19 @@ class VectorIndex:
 
     # -- updates -----------------------------------------------------------------------------------------
 
-    def upsert(self, item_id: str, vec: VectorLike, owner: OwnerKey) -> None:
+    def upsert(self, item_id: str, vec: VectorLike, owner: OwnerKey, *, marked: bool = False) -> None:
         """Insert or replace the vector of `item_id` (raises ValueError for a bad vector)."""
         unit = self._normalised(vec)
         with self._lock:
             self._ensure_loaded()
-            self._put(item_id, unit, owner)
+            self._put(item_id, unit, owner, marked)
+
+    def is_marked(self, item_id: str) -> bool:
+        """Whether `item_id` is present and marked."""
+        with self._lock:
+            self._ensure_loaded()
+            pos = self._pos.get(item_id)
+            return pos is not None and bool(self._marked[pos])
 
     def remove(self, item_id: str) -> bool:
         """Drop `item_id` (O(1): the last row moves into its slot). Returns whether it was present."""
@@ -403,6 +425,7 @@ class VectorIndex:
                 self._groups[pos] = self._groups[last]
                 self._cluster[pos] = self._cluster[last]
                 self._shared[pos] = self._shared[last]
+                self._marked[pos] = self._marked[last]
                 self._ids[pos] = moved
                 self._pos[moved] = pos
             self._ids.pop()
@@ -422,12 +445,14 @@ class VectorIndex:
         owner_filter: OwnerFilter | None = None,
         allowed_ids: Collection[str] | None = None,
         min_score: float | None = None,
+        marked_only: bool = False,
     ) -> list[tuple[str, float]]:
         """Top-`k` [(id, cosine similarity)], best first.
 
         `owner_filter` keeps rows of that namespace plus shared rows (None = no filtering);
         `allowed_ids` restricts the candidates (and then only those rows are scored);
-        `min_score` drops weaker matches. A zero query vector matches nothing.
+        `min_score` drops weaker matches; `marked_only` keeps only marked rows. A zero query vector matches
+        nothing.
         """
         query = self._normalised(query_vec)
         if k <= 0 or not query.any():
@@ -455,6 +480,9 @@ class VectorIndex:
                 groups = self._groups[:n] if positions is None else self._groups[positions]
                 shared = self._shared[:n] if positions is None else self._shared[positions]
                 mask = (groups == gids[0] if len(gids) == 1 else np.isin(groups, gids)) | shared
+            if marked_only:
+                marked = self._marked[:n] if positions is None else self._marked[positions]
+                mask = marked if mask is None else mask & marked
             if min_score is not None:
                 above = scores >= np.float32(min_score)
                 mask = above if mask is None else mask & above

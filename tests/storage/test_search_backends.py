@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import delete, text, update
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from memos_bridge.core.vector_store import DatabaseVectors, MemoryVectors, VectorJob, VectorStore
@@ -473,3 +473,74 @@ def test_word_search_ranks_the_best_matches_first_and_falls_back_for_a_small_nam
     assert [row_id for row_id, _ in ours] == ["tr_a2", "tr_a1", "tr_a0"] and ours == exhaustive
     theirs, exhaustive = both(OTHER, 20)
     assert len(theirs) == 20 and theirs == exhaustive and all(row_id.startswith("tr_o") for row_id, _ in theirs)
+
+
+async def test_a_step_embedded_once_is_held_once_and_still_found_through_its_action_vector(
+    database: Database,
+) -> None:
+    """Steps whose action vector is their summary vector (embedded once) are held once in memory; the action
+    search still returns exactly what it would over every row's action vector, through every kind of change."""
+    rng = np.random.default_rng(11)
+    rows: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+
+    def write(session: Session) -> None:
+        seed_episode(session)
+        for i in range(12):
+            summary = unit(rng)
+            action = summary if i % 3 else unit(rng)  # two in three steps were embedded once
+            add_trace(session, f"tr_{i}", vec_summary=to_blob(summary), vec_action=to_blob(action))
+            rows[f"tr_{i}"] = (summary, action)
+        add_trace(session, "tr_summary_only", vec_summary=to_blob(unit(rng)))
+
+    database.write_sync(write)
+    store = VectorStore(database, DIM)
+
+    async def check() -> None:
+        for _ in range(4):
+            query = unit(rng)
+            want = sorted(((float(a @ query), i) for i, (_, a) in rows.items() if a is not None), reverse=True)[:5]
+            hits = await store.search("trace", "vec_action", query, 5, OWNER)
+            assert [i for i, _ in hits] == [i for _, i in want]
+            assert [s for _, s in hits] == pytest.approx([s for s, _ in want], abs=1e-5)
+            (batched,) = await store.search_many([VectorJob("trace", "vec_action", 5)], query, OWNER)
+            assert batched == hits
+        some = sorted(rows)[:4]
+        got = store.vectors_of("trace", "vec_action", some) if not store.in_database else {}
+        for i in got:
+            assert np.allclose(got[i], rows[i][1], atol=1e-6)
+        assert store.in_database or set(got) == set(some)
+
+    def held() -> int:
+        backend = store.backend
+        assert isinstance(backend, MemoryVectors)
+        return backend.held("trace", "vec_action")
+
+    await check()
+    if not store.in_database:
+        assert held() == 4  # only the steps whose action vector differs
+
+    def change(session: Session) -> list[TraceRow]:
+        by_id = {row.id: row for row in session.scalars(select(TraceRow))}
+        made_apart = by_id["tr_1"]  # embedded once → its action line embedded apart
+        made_one = by_id["tr_0"]  # apart → one vector
+        archived = by_id["tr_2"]
+        apart = unit(rng)
+        made_apart.vec_action = to_blob(apart)
+        rows["tr_1"] = (rows["tr_1"][0], apart)
+        made_one.vec_action = made_one.vec_summary
+        rows["tr_0"] = (rows["tr_0"][0], rows["tr_0"][0])
+        archived.archived_at = 5
+        del rows["tr_2"]
+        return [made_apart, made_one, archived]
+
+    for row in database.write_sync(change):
+        store.upsert("trace", row)
+    await check()
+    if not store.in_database:
+        assert held() == 4  # tr_1 joined, tr_0 left
+        fresh = VectorStore(database, DIM)  # loaded from the database: the same answers as the kept indexes
+        query = unit(rng)
+        assert await fresh.search("trace", "vec_action", query, 8, OWNER) == await store.search(
+            "trace", "vec_action", query, 8, OWNER
+        )
+        assert isinstance(fresh.backend, MemoryVectors) and fresh.backend.held("trace", "vec_action") == 4

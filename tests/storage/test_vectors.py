@@ -307,3 +307,38 @@ def test_many_misplaced_rows_trigger_a_regroup() -> None:
     index.search(fresh[0], 1)  # the search sees a tail over the limit and regroups every row by list
     assert index.search(fresh[0], 1)[0][0] == "new0"
     assert index._sorted_n == len(index) and not index._misplaced  # the layout itself is what this checks
+
+
+def test_marked_rows_keep_their_mark_through_removals_growth_loads_and_regrouping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memos_bridge.storage import vectors
+
+    monkeypatch.setattr(vectors, "IVF_MIN_ROWS", 600)  # train the coarse quantizer (it reorders every row)
+    rng = np.random.default_rng(31)
+    n, dim = 900, 16
+    matrix = unit_rows(rng, n, dim)
+    index = VectorIndex(dim, initial_capacity=4)  # grows several times
+    for i in range(n):
+        index.upsert(f"r{i}", matrix[i], A, marked=i % 3 == 0)
+    index.search(matrix[1], 1)  # trains the quantizer, which regroups every row by list
+    assert index.ivf_lists > 0
+    for i in range(0, n, 5):  # the last row moves into each hole, with its mark
+        index.remove(f"r{i}")
+    live = [i for i in range(n) if i % 5]
+    for i in live:
+        assert index.is_marked(f"r{i}") == (i % 3 == 0)
+    marked = [i for i in live if i % 3 == 0]
+    for q in rng.choice(marked, size=10, replace=False):
+        hits = index.search(matrix[q], 5, marked_only=True)
+        assert hits[0][0] == f"r{q}"
+        assert all(int(row_id[1:]) % 3 == 0 for row_id, _ in hits)
+    unmarked_query = matrix[live[1]] if live[1] % 3 else matrix[live[2]]
+    assert all(int(row_id[1:]) % 3 == 0 for row_id, _ in index.search(unmarked_query, 20, marked_only=True))
+
+    reloaded = VectorIndex(dim)
+    reloaded.load([(f"r{i}", matrix[i], A, i % 3 == 0) for i in live] + [("plain", matrix[1], A)])
+    assert [reloaded.is_marked(f"r{i}") for i in live] == [i % 3 == 0 for i in live]
+    assert not reloaded.is_marked("plain") and not reloaded.is_marked("absent")
+    index.upsert(f"r{marked[0]}", matrix[marked[0]], A)  # an upsert without the mark clears it
+    assert not index.is_marked(f"r{marked[0]}")
