@@ -11,11 +11,12 @@ of `--think-s` between turns as an agent thinks, a verdict on every fourth task)
 passed. Every `--sample-s` seconds the script records the service's resident memory (RSS), the traces stored
 and the `turn.start` latencies of that interval, and prints a line.
 
-What "no growth" means here: a memory service's data grows, and part of it is meant to stay in memory (two
-384-float vectors per step in the vector indexes, and the SQLite page cache up to its limit). So the figures
-are RSS growth per hour and per 1,000 stored steps over the second half of the run (after the caches and the
-model's arenas have warmed), beside what the vector indexes alone need per 1,000 steps; growth well above
-that, or `turn.start` latency rising with time rather than with size, would point to a leak.
+What "no growth" means here: a memory service's data grows, and part of it is meant to stay in memory (the
+384-float vectors of the search indexes, one per step embedded once, and the SQLite page cache up to its
+limit). So the figures are RSS growth per hour and per 1,000 stored steps over the second half of the run
+(after the caches and the model's arenas have warmed), beside what the vector indexes grew by per 1,000
+steps (`core.health.process.vectorMib`, sampled with the RSS); growth well above that, or `turn.start`
+latency rising with time rather than with size, would point to a leak.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_transport import STEPS_PER_TURN, Workload, dist, machine, machine_line, pct, rss_mib
 
 from memos_bridge.client import ServiceClient
-
-VECTOR_BYTES_PER_STEP = 2 * 384 * 4  # both trace vector indexes hold a float32 384-d row per step
 
 
 @dataclass
@@ -146,6 +145,7 @@ def main() -> int:
                 "minutes": round((time.monotonic() - started) / 60, 2),
                 "steps": steps,
                 "rssMiB": round(rss_mib(proc.pid), 1),
+                "vectorMiB": client.call("core.health")["process"]["vectorMib"],
                 "turnStartMs": dist(latencies),
             }
             samples.append(sample)
@@ -160,7 +160,7 @@ def main() -> int:
     half = [s for s in samples if s["minutes"] >= args.minutes / 2] or samples
     per_hour = slope([s["minutes"] / 60 for s in half], [s["rssMiB"] for s in half])
     per_k_steps = slope([s["steps"] / 1000 for s in half], [s["rssMiB"] for s in half])
-    vectors_per_k = VECTOR_BYTES_PER_STEP * 1000 / 2**20
+    vectors_per_k = slope([s["steps"] / 1000 for s in half], [s["vectorMiB"] for s in half])
     latency_per_hour = slope(
         [s["minutes"] / 60 for s in half if s["turnStartMs"]["n"]],
         [s["turnStartMs"]["p50"] for s in half if s["turnStartMs"]["n"]],

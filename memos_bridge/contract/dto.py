@@ -1245,6 +1245,12 @@ class ProcessHealthDTO(WireModel):
     rss_mib: float | None = Field(None, description="Resident memory now, MiB (Linux only).")
     heap_trims: int = Field(0, description="Times free C-heap pages were returned to the system (glibc only).")
     heap_released_mib: float = Field(0.0, description="Resident memory those trims released in all, MiB (estimate).")
+    vector_rows: int = Field(
+        0,
+        description="Vectors the in-memory search indexes hold (0 where the database searches them: pgvector); "
+        "a step embedded once is held once.",
+    )
+    vector_mib: float = Field(0.0, description="What those vectors take, MiB (float32).")
 
 
 class CoreHealthDTO(WireModel):

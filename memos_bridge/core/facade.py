@@ -216,6 +216,8 @@ class MemoryCore:
                 rss_mib=None if (rss := resident_mib()) is None else round(rss, 1),
                 heap_trims=self.heap_trims.runs,
                 heap_released_mib=round(self.heap_trims.released_mib, 1),
+                vector_rows=(rows := self.vectors.held_rows()),
+                vector_mib=round(rows * self.vectors.dim * 4 / 2**20, 1),
             ),
         )
 

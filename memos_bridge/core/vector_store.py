@@ -93,6 +93,8 @@ class VectorBackend(Protocol):
 
     def invalidate(self) -> None: ...
 
+    def held_rows(self) -> int: ...
+
 
 def _repeats(kind: str, row: Any) -> bool:
     """Whether `row`'s second paired vector is the same as its first (then it is held once, marked)."""
@@ -220,6 +222,10 @@ class MemoryVectors:
         """Rows this process holds in one index (0 before it is loaded)."""
         return len(self._indexes[(kind, field)]) if (kind, field) in self._loaded else 0
 
+    def held_rows(self) -> int:
+        """Rows all the loaded indexes hold (what their memory follows)."""
+        return sum(self.held(kind, field) for kind, field in list(self._loaded))
+
     def vectors_of(self, kind: str, field: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored vectors of loaded rows (for MMR redundancy), without touching the database."""
         index = self._indexes[(kind, field)]
@@ -269,6 +275,10 @@ class DatabaseVectors:
 
     def invalidate(self) -> None:
         """Nothing to do: there is no copy to go stale."""
+
+    def held_rows(self) -> int:
+        """None: the database holds the vectors."""
+        return 0
 
     async def search(
         self,
@@ -387,3 +397,7 @@ class VectorStore:
     def invalidate(self) -> None:
         if self._backend is not None:
             self._backend.invalidate()
+
+    def held_rows(self) -> int:
+        """Vectors this process holds in memory (0 before the backend is chosen, or with pgvector)."""
+        return 0 if self._backend is None else self._backend.held_rows()

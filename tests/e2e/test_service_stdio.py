@@ -370,3 +370,19 @@ def test_a_working_service_returns_freed_heap_pages_and_reports_them(home: Path)
             time.sleep(1.5)  # idle: nothing new was freed, so it is not trimmed again
             idle = client.call("core.health")["process"]["heapTrims"]
             assert idle - trims <= 1  # at most the trim that was already due when the health call arrived
+
+
+def test_health_counts_the_vectors_held_in_memory_once_per_step_embedded_once(service: ServiceClient) -> None:
+    """Tool and reply steps embedded once (the default) are held once, not in both step indexes."""
+    session = service.call("session.open", {"agent": AGENT})["sessionId"]
+    start = _start(service, session, "parse the SEC 13F infoTable and total holdings", 1_000)
+    _end(service, session, start["query"]["episodeId"], 2_000, **MULTI_TOOL)
+    service.call("memory.flush", timeout=120)
+    _start(service, session, "total the 13F holdings by issuer", 3_000)  # the indexes are loaded by now
+    stats = service.call("memory.stats", {"namespace": {"agentKind": AGENT, "profileId": "default"}})["counts"]
+    stored = sum(sum(by_status.values()) for by_status in stats.values())
+    steps = sum(stats["trace"].values())
+    process = service.call("core.health")["process"]
+    assert steps >= 3
+    assert process["vectorRows"] == stored  # one vector per stored memory: no step counted twice
+    assert process["vectorMib"] == round(stored * 384 * 4 / 2**20, 1)
