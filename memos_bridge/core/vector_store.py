@@ -96,6 +96,11 @@ class VectorBackend(Protocol):
     def held_rows(self) -> int: ...
 
 
+def _merged(own: Hits, repeated: Hits, k: int) -> Hits:
+    """The best `k` of a second field's own hits and the first field's marked hits (no id is in both)."""
+    return sorted(own + repeated, key=lambda hit: -hit[1])[:k]
+
+
 def _repeats(kind: str, row: Any) -> bool:
     """Whether `row`'s second paired vector is the same as its first (then it is held once, marked)."""
     pair = PAIRED_FIELDS.get(kind)
@@ -201,7 +206,7 @@ class MemoryVectors:
         if field != second or first is None:
             return hits
         repeated = self._indexes[(kind, first)].search(query, k, owner, min_score=min_score, marked_only=True)
-        return sorted(hits + repeated, key=lambda hit: -hit[1])[:k]
+        return _merged(hits, repeated, k)
 
     async def search_many(self, jobs: list[VectorJob], query: np.ndarray, owner: OwnerFilter | None) -> list[Hits]:
         """Several searches with one query vector, in ONE worker-thread hop: a matrix product over 100k
@@ -211,10 +216,24 @@ class MemoryVectors:
             await self.ensure_loaded(job.kind, job.field)
 
         def run() -> list[Hits]:
-            return [
-                self._search(job.kind, job.field, query, job.k, job.owner if job.own_owner else owner, job.min_score)
-                for job in jobs
-            ]
+            # A batch searching both paired fields scores the first index once for both (its marked rows
+            # answer for the second field too), instead of a second matrix product over the same rows.
+            repeated: dict[tuple[str, int, float | None, OwnerFilter | None], Hits] = {}
+            results: list[Hits] = []
+            for job in jobs:
+                job_owner = job.owner if job.own_owner else owner
+                first, second = PAIRED_FIELDS.get(job.kind, (None, None))
+                key = (job.kind, job.k, job.min_score, job_owner)
+                if job.field == first and any(j.kind == job.kind and j.field == second for j in jobs):
+                    index = self._indexes[(job.kind, job.field)]
+                    hits, repeated[key] = index.search_with_marked(query, job.k, job_owner, job.min_score)
+                elif job.field == second and key in repeated:
+                    own = self._indexes[(job.kind, job.field)].search(query, job.k, job_owner, min_score=job.min_score)
+                    hits = _merged(own, repeated[key], job.k)
+                else:
+                    hits = self._search(job.kind, job.field, query, job.k, job_owner, job.min_score)
+                results.append(hits)
+            return results
 
         return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
 

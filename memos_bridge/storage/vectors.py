@@ -454,14 +454,34 @@ class VectorIndex:
         `min_score` drops weaker matches; `marked_only` keeps only marked rows. A zero query vector matches
         nothing.
         """
+        return self._search_sets(query_vec, k, owner_filter, allowed_ids, min_score, (marked_only,))[0]
+
+    def search_with_marked(
+        self, query_vec: VectorLike, k: int, owner_filter: OwnerFilter | None = None, min_score: float | None = None
+    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        """`search(...)` and `search(..., marked_only=True)` from one matrix product (the owner searches two
+        columns at once when one holds the other's repeated vectors)."""
+        every, marked = self._search_sets(query_vec, k, owner_filter, None, min_score, (False, True))
+        return every, marked
+
+    def _search_sets(
+        self,
+        query_vec: VectorLike,
+        k: int,
+        owner_filter: OwnerFilter | None,
+        allowed_ids: Collection[str] | None,
+        min_score: float | None,
+        marked_only: tuple[bool, ...],
+    ) -> list[list[tuple[str, float]]]:
+        """One scoring pass, then a top `k` per entry of `marked_only` (all rows, or the marked rows)."""
         query = self._normalised(query_vec)
         if k <= 0 or not query.any():
-            return []
+            return [[] for _ in marked_only]
         with self._lock:
             self._ensure_loaded()
             n = len(self._ids)
             if n == 0:
-                return []
+                return [[] for _ in marked_only]
             positions: NDArray[np.intp] | None = None
             if allowed_ids is not None:
                 found = [p for i in allowed_ids if (p := self._pos.get(i)) is not None]
@@ -480,20 +500,27 @@ class VectorIndex:
                 groups = self._groups[:n] if positions is None else self._groups[positions]
                 shared = self._shared[:n] if positions is None else self._shared[positions]
                 mask = (groups == gids[0] if len(gids) == 1 else np.isin(groups, gids)) | shared
-            if marked_only:
-                marked = self._marked[:n] if positions is None else self._marked[positions]
-                mask = marked if mask is None else mask & marked
             if min_score is not None:
                 above = scores >= np.float32(min_score)
                 mask = above if mask is None else mask & above
-            total = int(scores.shape[0])
-            if mask is not None:
-                total = int(np.count_nonzero(mask))
-                scores = np.where(mask, scores, np.float32(-np.inf))
-            take = min(k, total)
-            if take == 0:
-                return []
-            top = np.argpartition(-scores, take - 1)[:take] if take < scores.shape[0] else np.arange(scores.shape[0])
-            best = top[np.argsort(-scores[top], kind="stable")]
-            rows = best if positions is None else positions[best]
-            return [(self._ids[int(r)], float(scores[int(b)])) for r, b in zip(rows, best, strict=True)]
+            marked = self._marked[:n] if positions is None else self._marked[positions]
+            return [
+                self._top(positions, scores, (marked if mask is None else mask & marked) if only else mask, k)
+                for only in marked_only
+            ]
+
+    def _top(
+        self, positions: NDArray[np.intp] | None, scores: FloatArray, mask: NDArray[np.bool_] | None, k: int
+    ) -> list[tuple[str, float]]:
+        """The best `k` scored rows the mask lets through, best first (caller holds the lock)."""
+        total = int(scores.shape[0])
+        if mask is not None:
+            total = int(np.count_nonzero(mask))
+            scores = np.where(mask, scores, np.float32(-np.inf))
+        take = min(k, total)
+        if take == 0:
+            return []
+        top = np.argpartition(-scores, take - 1)[:take] if take < scores.shape[0] else np.arange(scores.shape[0])
+        best = top[np.argsort(-scores[top], kind="stable")]
+        rows = best if positions is None else positions[best]
+        return [(self._ids[int(r)], float(scores[int(b)])) for r, b in zip(rows, best, strict=True)]

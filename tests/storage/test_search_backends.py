@@ -504,6 +504,16 @@ async def test_a_step_embedded_once_is_held_once_and_still_found_through_its_act
             assert [s for _, s in hits] == pytest.approx([s for s, _ in want], abs=1e-5)
             (batched,) = await store.search_many([VectorJob("trace", "vec_action", 5)], query, OWNER)
             assert batched == hits
+            both = [VectorJob("trace", "vec_summary", 5), VectorJob("trace", "vec_action", 5, min_score=0.1)]
+            assert await store.search_many(both, query, OWNER) == [
+                await store.search("trace", "vec_summary", query, 5, OWNER),
+                await store.search("trace", "vec_action", query, 5, OWNER, min_score=0.1),
+            ]
+            both[1] = VectorJob("trace", "vec_action", 5)  # the same k and floor: one pass serves both
+            assert await store.search_many(both, query, OWNER) == [
+                await store.search("trace", "vec_summary", query, 5, OWNER),
+                hits,
+            ]
         some = sorted(rows)[:4]
         got = store.vectors_of("trace", "vec_action", some) if not store.in_database else {}
         for i in got:

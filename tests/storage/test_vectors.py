@@ -342,3 +342,19 @@ def test_marked_rows_keep_their_mark_through_removals_growth_loads_and_regroupin
     assert not reloaded.is_marked("plain") and not reloaded.is_marked("absent")
     index.upsert(f"r{marked[0]}", matrix[marked[0]], A)  # an upsert without the mark clears it
     assert not index.is_marked(f"r{marked[0]}")
+
+
+def test_one_pass_for_all_rows_and_the_marked_rows_equals_two_searches() -> None:
+    rng = np.random.default_rng(5)
+    matrix = unit_rows(rng, 500, 24)
+    index = VectorIndex(24)
+    for i, row in enumerate(matrix):
+        index.upsert(f"r{i}", row, (A, B, SHARED_B)[i % 3], marked=i % 4 == 0)
+    for _ in range(10):
+        query = rng.standard_normal(24).astype(np.float32)
+        for owner, floor in ((None, None), (FILTER_A, None), (FILTER_B, 0.1)):
+            every, marked = index.search_with_marked(query, 7, owner, min_score=floor)
+            assert every == index.search(query, 7, owner, min_score=floor)
+            assert marked == index.search(query, 7, owner, min_score=floor, marked_only=True)
+            assert marked and all(int(row_id[1:]) % 4 == 0 for row_id, _ in marked)
+    assert index.search_with_marked(np.zeros(24, dtype=np.float32), 5) == ([], [])
