@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Generator, Iterator, Sequence
@@ -551,6 +552,87 @@ def lone_verdicts(client: ServiceClient, tasks: list[Task], count: int) -> list[
     return latencies
 
 
+def _verdict(episode_id: str, n: int, fix: str) -> dict[str, Any]:
+    """A verdict for a re-run of an episode's chain: alternately negative (with a lesson) and positive."""
+    return {
+        "episodeId": episode_id,
+        "polarity": "negative" if n % 2 == 0 else "positive",
+        "channel": "explicit",
+        "rationale": f"Wrong result. Next time {fix}." if n % 2 == 0 else "Correct, keep it.",
+        "evidenceId": f"bench-beside-{episode_id}-{n}",
+    }
+
+
+@dataclass
+class BesideLearning:
+    """`turn.start` latency with learning idle and with learning chains running, measured in alternating blocks
+    so that machine noise falls on both alike."""
+
+    quiet: list[float]
+    busy: list[float]
+    chains: int  # chains the verdicts ran during the busy blocks
+    chain_ms: list[float]  # each of those verdicts' latency (its chain's wall time)
+
+    @property
+    def p95_ratio(self) -> float:
+        return pct(self.busy, 95) / pct(self.quiet, 95)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "quietMs": dist(self.quiet),
+            "busyMs": dist(self.busy),
+            "p95Ratio": round(self.p95_ratio, 3),
+            "p50Ratio": round(pct(self.busy, 50) / pct(self.quiet, 50), 3),
+            "chains": self.chains,
+            "chainMs": dist(self.chain_ms),
+        }
+
+
+def turn_start_beside_learning(
+    client: ServiceClient, episodes: Sequence[tuple[str, str]], queries: Sequence[str], block: int = 10
+) -> BesideLearning:
+    """New-task `turn.start` calls one at a time, in blocks of `block`: a quiet block (no learning chain
+    runs), then a busy block during which another thread sends verdicts back to back, each running an
+    episode's whole learning chain at once (`episodes`: (episode id, the lesson a negative verdict
+    teaches)). A busy block's turns start only once a chain is running; a quiet block starts only once the
+    last verdict has returned (its chain finished). Learning should delay a `turn.start` by at most 10 % at
+    p95: that is `p95_ratio` ≤ 1.10."""
+    session = client.call("session.open", {"agent": "bench"})["sessionId"]
+    quiet: list[float] = []
+    busy: list[float] = []
+    chain_ms: list[float] = []
+    verdicts = iter(range(10**9))
+
+    def ask(i: int, text: str) -> float:
+        started = time.perf_counter()
+        params = {"agent": "bench", "sessionId": session, "ts": 2 * 10**13 + i * 10**8, "userText": text}
+        client.call("turn.start", params)
+        return (time.perf_counter() - started) * 1000
+
+    def learn(stop: threading.Event, running: threading.Event) -> None:
+        while not stop.is_set():
+            n = next(verdicts)
+            episode_id, fix = episodes[n % len(episodes)]
+            future = client.call_async("feedback.submit", _verdict(episode_id, n, fix))
+            running.set()
+            started = time.perf_counter()
+            future.result(timeout=300)
+            chain_ms.append((time.perf_counter() - started) * 1000)
+
+    for start in range(0, len(queries) - 2 * block + 1, 2 * block):
+        quiet += [ask(start + i, text) for i, text in enumerate(queries[start : start + block])]
+        stop, running = threading.Event(), threading.Event()
+        worker = threading.Thread(target=learn, args=(stop, running), daemon=True)
+        worker.start()
+        running.wait(timeout=60)
+        time.sleep(0.02)  # the verdict has reached the service and its chain has begun
+        chosen = queries[start + block : start + 2 * block]
+        busy += [ask(start + block + i, text) for i, text in enumerate(chosen)]
+        stop.set()
+        worker.join(timeout=300)
+    return BesideLearning(quiet, busy, len(chain_ms), chain_ms)
+
+
 def step_texts(tasks: Sequence[Task], step_vectors: str = "two") -> list[tuple[str, ...]]:
     """The texts embedded for each step, built by the service's own capture code: with "two" the summary and
     the action line (the floor the targets are set against), with the service's setting the distinct texts
@@ -842,6 +924,12 @@ def main() -> int:
     parser.add_argument("--queries", type=int, help="timed turn.start calls (default 100, quick 30)")
     parser.add_argument("--lone", type=int, help="verdicts sent one at a time after the flush (default 20)")
     parser.add_argument(
+        "--beside",
+        type=int,
+        help="turn.start calls timed with learning idle and beside running chains, half each (default 400, "
+        "quick 80; 0: skip)",
+    )
+    parser.add_argument(
         "--floor-steps", type=int, default=3_000, help="workload steps embedded for the floor, the first ones (0: all)"
     )
     parser.add_argument("--workload-only", action="store_true", help="skip spawn, ping, TCP and the 5-step captures")
@@ -854,6 +942,7 @@ def main() -> int:
     traces_target = args.steps or (2_000 if args.quick else 10_000)
     n_queries = args.queries or (30 if args.quick else 100)
     n_lone = args.lone if args.lone is not None else (5 if args.quick else 20)
+    n_beside = args.beside if args.beside is not None else (80 if args.quick else 400)
     env = {} if learning else {"MEMOS_BRIDGE_LIGHTWEIGHT": "true"}
     info = machine()
     results: dict[str, Any] = {
@@ -981,6 +1070,18 @@ def main() -> int:
         results["turnStartServiceTotalMs"] = dist(service_ms)
         results["turnStartCpuMs"] = round(turn_cpu_ms, 1)
         results["memoryStats"] = counts
+        if learning and n_beside:
+            episodes = [(t.episode_id, t.family.fix) for t in work.tasks if t.episode_id]
+            rng = random.Random(7)
+            beside_queries = [Workload(5, 0).query(rng) for _ in range(n_beside)]
+            with profiler.phase("beside_learning"), others.phase("beside learning"), collector_paused():
+                beside = turn_start_beside_learning(client, episodes[:: max(1, len(episodes) // 60)], beside_queries)
+            results["turnStartBesideLearning"] = beside.as_json()
+            print(
+                f"turn.start beside learning:   p50 {pct(beside.busy, 50):.1f} / p95 {pct(beside.busy, 95):.1f} ms "
+                f"while chains run, {pct(beside.quiet, 50):.1f} / {pct(beside.quiet, 95):.1f} ms while none does "
+                f"(alternating blocks of 10; {beside.chains} chains ran): p95 × {beside.p95_ratio:.2f} (target ≤ 1.10)"
+            )
         db_path = Path(home) / "memos.db"
         client.close()
 
@@ -1054,6 +1155,9 @@ def main() -> int:
         "turnStartP50": round(p50_ratio, 2),
         "turnStartP95": round(p95_ratio, 2),
     }
+    beside_json = results.get("turnStartBesideLearning")
+    if beside_json:
+        results["ratios"]["turnStartBesideLearningP95"] = beside_json["p95Ratio"]
     floor_texts = sum(len(texts) for texts in pairs)
     print(f"service ÷ floor (learning {args.learning}, {total:,} traces) — {machine_line(info)}")
     print(
@@ -1091,6 +1195,13 @@ def main() -> int:
         f"  turn.start CPU ms: {turn_cpu_ms:7.1f} ÷ {floor_cpu[0]:7.1f} = {ratio(turn_cpu_ms, floor_cpu[0])}"
         "  (per call, all threads)"
     )
+    if beside_json:
+        beside_ratio = beside_json["p95Ratio"]
+        print(
+            f"  turn.start p95 ms beside learning: {beside_json['busyMs']['p95']:5.1f} ÷ "
+            f"{beside_json['quietMs']['p95']:5.1f} = {beside_ratio:.2f}  (learning idle; target ≤ 1.10: "
+            f"{'met' if beside_ratio <= 1.10 else 'NOT met'})"
+        )
     print(f"  {others.line()}")
     for name, summary in profiler.summaries.items():
         print()
