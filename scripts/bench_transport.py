@@ -22,6 +22,9 @@ Figures:
 - `memory.flush`, then a few verdicts sent one at a time (each learning chain runs alone, so its stages'
   CPU is theirs; `core.health` `learning.stages`), then resident memory and `turn.start` latency at that
   size, queries one at a time, each a new task;
+- `turn.start` beside learning (`--beside`, default 400 calls): the same kind of calls in alternating blocks of
+  ten, quiet (no chain runs) and busy (another thread sends verdicts back to back, each running an episode's
+  chain at once); the p95 ratio busy ÷ quiet against the 10 % bound;
 - the floors, in this process after the service has stopped, with the same model loaded the plain way
   (fastembed `TextEmbedding` on the service's packaged model folder, fastembed's defaults): capture floor =
   each workload step's two texts (its summary and its action line, built by the service's own
