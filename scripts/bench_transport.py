@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
+import itertools
 import json
 import math
 import os
@@ -537,33 +538,28 @@ def drive_workload(client: ServiceClient, steps: int, seed: int, hosts: int = 8,
     return WorkloadReport(count * TURNS_PER_TASK * STEPS_PER_TURN, tasks, wall, service_cpu, latencies, client_cpu)
 
 
-def lone_verdicts(client: ServiceClient, tasks: list[Task], count: int) -> list[float]:
-    """Verdicts on tasks that had none, one at a time, after a flush: each learning chain runs alone."""
-    chosen = [t for t in tasks if t.feedback is None and t.episode_id][:count]
-    latencies = []
-    for i, task in enumerate(chosen):
-        params = {
-            "episodeId": task.episode_id,
-            "polarity": "negative" if i % 2 == 0 else "positive",
-            "channel": "explicit",
-            "rationale": f"Wrong result. Next time {task.family.fix}." if i % 2 == 0 else "Correct, keep it.",
-            "evidenceId": f"bench-lone-{task.number}",
-        }
-        started = time.perf_counter()
-        client.call("feedback.submit", params, timeout=300)
-        latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
-
-
-def _verdict(episode_id: str, n: int, fix: str) -> dict[str, Any]:
-    """A verdict for a re-run of an episode's chain: alternately negative (with a lesson) and positive."""
+def verdict(episode_id: str, n: int, fix: str, evidence_id: str) -> dict[str, Any]:
+    """`feedback.submit` params: the n-th verdict is negative with a lesson (`fix`) when n is even, else
+    positive."""
     return {
         "episodeId": episode_id,
         "polarity": "negative" if n % 2 == 0 else "positive",
         "channel": "explicit",
         "rationale": f"Wrong result. Next time {fix}." if n % 2 == 0 else "Correct, keep it.",
-        "evidenceId": f"bench-beside-{episode_id}-{n}",
+        "evidenceId": evidence_id,
     }
+
+
+def lone_verdicts(client: ServiceClient, tasks: list[Task], count: int) -> list[float]:
+    """Verdicts on tasks that had none, one at a time, after a flush: each learning chain runs alone."""
+    chosen = [t for t in tasks if t.feedback is None and t.episode_id][:count]
+    latencies = []
+    for i, task in enumerate(chosen):
+        params = verdict(task.episode_id, i, task.family.fix, f"bench-lone-{task.number}")
+        started = time.perf_counter()
+        client.call("feedback.submit", params, timeout=300)
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
 
 
 @dataclass
@@ -573,8 +569,7 @@ class BesideLearning:
 
     quiet: list[float]
     busy: list[float]
-    chains: int  # chains the verdicts ran during the busy blocks
-    chain_ms: list[float]  # each of those verdicts' latency (its chain's wall time)
+    chain_ms: list[float]  # each verdict's latency during the busy blocks (its chain's wall time)
 
     @property
     def p95_ratio(self) -> float:
@@ -586,7 +581,7 @@ class BesideLearning:
             "busyMs": dist(self.busy),
             "p95Ratio": round(self.p95_ratio, 3),
             "p50Ratio": round(pct(self.busy, 50) / pct(self.quiet, 50), 3),
-            "chains": self.chains,
+            "chains": len(self.chain_ms),
             "chainMs": dist(self.chain_ms),
         }
 
@@ -604,7 +599,7 @@ def turn_start_beside_learning(
     quiet: list[float] = []
     busy: list[float] = []
     chain_ms: list[float] = []
-    verdicts = iter(range(10**9))
+    verdicts = itertools.count()
 
     def ask(i: int, text: str) -> float:
         started = time.perf_counter()
@@ -616,7 +611,8 @@ def turn_start_beside_learning(
         while not stop.is_set():
             n = next(verdicts)
             episode_id, fix = episodes[n % len(episodes)]
-            future = client.call_async("feedback.submit", _verdict(episode_id, n, fix))
+            params = verdict(episode_id, n, fix, f"bench-beside-{episode_id}-{n}")
+            future = client.call_async("feedback.submit", params)
             running.set()
             started = time.perf_counter()
             future.result(timeout=300)
@@ -628,12 +624,12 @@ def turn_start_beside_learning(
         worker = threading.Thread(target=learn, args=(stop, running), daemon=True)
         worker.start()
         running.wait(timeout=60)
-        time.sleep(0.02)  # the verdict has reached the service and its chain has begun
+        time.sleep(0.02)  # let the first verdict reach the service before the block's turns start
         chosen = queries[start + block : start + 2 * block]
         busy += [ask(start + block + i, text) for i, text in enumerate(chosen)]
         stop.set()
         worker.join(timeout=300)
-    return BesideLearning(quiet, busy, len(chain_ms), chain_ms)
+    return BesideLearning(quiet, busy, chain_ms)
 
 
 def step_texts(tasks: Sequence[Task], step_vectors: str = "two") -> list[tuple[str, ...]]:
@@ -1083,7 +1079,8 @@ def main() -> int:
             print(
                 f"turn.start beside learning:   p50 {pct(beside.busy, 50):.1f} / p95 {pct(beside.busy, 95):.1f} ms "
                 f"while chains run, {pct(beside.quiet, 50):.1f} / {pct(beside.quiet, 95):.1f} ms while none does "
-                f"(alternating blocks of 10; {beside.chains} chains ran): p95 × {beside.p95_ratio:.2f} (target ≤ 1.10)"
+                f"(alternating blocks of 10; {len(beside.chain_ms)} chains ran): p95 × {beside.p95_ratio:.2f} "
+                "(target ≤ 1.10)"
             )
         db_path = Path(home) / "memos.db"
         client.close()
