@@ -17,6 +17,7 @@ Everything here is pure.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -36,6 +37,8 @@ FAILURE_TYPES: Final = frozenset({"failure_avoidance", "repair_instruction"})
 #: Mismatches kept per verifier payload.
 MAX_MISMATCHES: Final = 4
 VALUE_CHARS: Final = 60
+#: Texts whose domains a `DomainTable` remembers (a few times the experiences one L3 run reads).
+TEXT_MEMO_ENTRIES: Final = 8192
 _NUMBER: Final = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:e[-+]?\d+)?$", re.IGNORECASE)
 
 
@@ -154,23 +157,16 @@ class DomainTable:
         for domain in self.domains:  # earlier (more specific) domains win shared aliases
             for tag in (_norm_tag(domain.key), *domain.aliases):
                 self._by_tag.setdefault(tag, domain)
+        self._of_text: dict[bytes, tuple[Domain, ...]] = {}
 
     @classmethod
     def from_settings(cls, settings: WorldSettings) -> DomainTable:
+        """The table of these settings; the same object while the domain settings stay the same, so what it
+        remembers about texts (`of_text`) carries over from one L3 run to the next."""
         specs = {**settings.extra_domains}
         specs.update({k: v for k, v in settings.domains.items() if k not in specs})
-        return cls(
-            [
-                Domain(
-                    key=key,
-                    label=spec.label,
-                    rank=rank,
-                    aliases=frozenset(_norm_tag(a) for a in spec.aliases if _norm_tag(a)),
-                    patterns=tuple(re.compile(p, re.IGNORECASE) for p in spec.patterns),
-                )
-                for rank, (key, spec) in enumerate(specs.items())
-            ]
-        )
+        key = tuple((k, spec.label, tuple(spec.aliases), tuple(spec.patterns)) for k, spec in specs.items())
+        return _table_of(key)
 
     def get(self, key: str) -> Domain | None:
         return self._by_key.get(key)
@@ -179,8 +175,20 @@ class DomainTable:
         return self._by_tag.get(_norm_tag(tag))
 
     def of_text(self, text: str) -> list[Domain]:
-        """Domains whose patterns occur in `text`, in priority order."""
-        return [d for d in self.domains if any(p.search(text) for p in d.patterns)]
+        """Domains whose patterns occur in `text`, in priority order.
+
+        Remembered per text: every L3 run classifies each eligible experience of the namespace (up to two
+        thousand), most of them unchanged since the previous run, and scanning their texts with every pattern
+        was most of the learning chain's CPU once a store held a thousand experiences.
+        """
+        key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()  # not the text: keeps it small
+        found = self._of_text.get(key)
+        if found is None:
+            found = tuple(d for d in self.domains if any(p.search(text) for p in d.patterns))
+            if len(self._of_text) >= TEXT_MEMO_ENTRIES:
+                self._of_text.clear()  # rare; a plain reset keeps this cheap and bounded
+            self._of_text[key] = found
+        return list(found)
 
     def primary(self, view: ExperienceView) -> Domain | None:
         """The experience's domain: tags, else text, else its L2 signature's leading tags."""
@@ -192,6 +200,26 @@ class DomainTable:
             return found[0]
         signed = [d for tag in view.signature.split("|")[:2] if tag and (d := self.of_tag(tag)) is not None]
         return min(signed, key=lambda d: d.rank) if signed else None
+
+
+DomainSpecKey = tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...]
+
+
+@functools.lru_cache(maxsize=8)
+def _table_of(specs: DomainSpecKey) -> DomainTable:
+    """A domain table per distinct configuration (key, label, aliases, patterns of each domain, in order)."""
+    return DomainTable(
+        [
+            Domain(
+                key=key,
+                label=label,
+                rank=rank,
+                aliases=frozenset(_norm_tag(a) for a in aliases if _norm_tag(a)),
+                patterns=tuple(re.compile(p, re.IGNORECASE) for p in patterns),
+            )
+            for rank, (key, label, aliases, patterns) in enumerate(specs)
+        ]
+    )
 
 
 # ---------------------------------------------------------------- verifier payloads

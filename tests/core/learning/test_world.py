@@ -232,6 +232,21 @@ def test_domains_come_from_tags_then_text_then_signature_most_specific_first() -
     assert primary(_view(tf, "g")).key == "terraform"  # type: ignore[union-attr]  # extra domains first
 
 
+def test_the_domain_table_is_shared_between_runs_until_its_settings_change() -> None:
+    """Each L3 run classifies every eligible experience; the table (and what it learnt about texts) is reused
+    while the domain settings are the same, and a changed pattern gets a fresh table, never a stale answer."""
+    table = DomainTable.from_settings(world_settings())
+    assert DomainTable.from_settings(world_settings()) is table
+    text = "Parse every infoTable row before answering"
+    assert [d.key for d in table.of_text(text)] == ["sec13f"]
+    assert [d.key for d in table.of_text(text)] == ["sec13f"]  # remembered: same answer, a list of its own
+    table.of_text(text).clear()
+    assert [d.key for d in table.of_text(text)] == ["sec13f"]
+    narrower = SEC13F.model_copy(update={"patterns": [r"\bcusip"]})
+    changed = DomainTable.from_settings(WorldSettings(extra_domains={"sec13f": narrower}))
+    assert changed is not table and "sec13f" not in [d.key for d in changed.of_text(text)]
+
+
 def test_verifier_payloads_reduce_to_environment_facts() -> None:
     facts = parse_verifier_meta(AVOID_THOUSANDS["verifier"])
     assert facts is not None and facts.task == "sec13f_total_value" and facts.verdict == "1/5 checks passed"
