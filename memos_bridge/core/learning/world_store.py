@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from memos_bridge.config import WorldSettings
@@ -84,8 +84,35 @@ def _vector(blob: bytes | None, dim: int) -> np.ndarray | None:
     return vec if np.isfinite(vec).all() and vec.any() else None
 
 
-def view_of(row: PolicyRow, dim: int, feedback: dict[str, str] | None = None) -> ExperienceView:
-    """A detached view of a policy row; `feedback` maps feedback ids to their text."""
+#: The policy columns a view is built from (`load_state` reads these, not whole ORM rows: building and
+#: tracking up to `POLICY_SCAN` ORM objects on every run was most of this stage's cost in a large store).
+VIEW_COLUMNS: Final = (
+    PolicyRow.id,
+    PolicyRow.experience_type,
+    PolicyRow.evidence_polarity,
+    PolicyRow.title,
+    PolicyRow.trigger,
+    PolicyRow.procedure,
+    PolicyRow.verification,
+    PolicyRow.boundary,
+    PolicyRow.decision_guidance_json,
+    PolicyRow.verifier_meta_json,
+    PolicyRow.tags_json,
+    PolicyRow.signature,
+    PolicyRow.confidence,
+    PolicyRow.gain,
+    PolicyRow.support,
+    PolicyRow.source_episodes_json,
+    PolicyRow.source_feedback_ids_json,
+    PolicyRow.lesson_json,
+    PolicyRow.updated_at,
+    PolicyRow.vec,
+)
+
+
+def view_of(row: PolicyRow | Row[Any], dim: int, feedback: dict[str, str] | None = None) -> ExperienceView:
+    """A detached view of a policy row (an ORM row or a row of `VIEW_COLUMNS`); `feedback` maps feedback ids
+    to their text."""
     guidance = row.decision_guidance_json if isinstance(row.decision_guidance_json, dict) else {}
     feedback_ids = tuple(str(f) for f in (row.source_feedback_ids_json or []))
     return ExperienceView(
@@ -143,8 +170,8 @@ def load_state(db: Session, episode_id: str, dim: int, settings: WorldSettings) 
     if episode is None:
         return None
     owner = OwnerFilter(episode.owner_agent_kind, episode.owner_profile_id, episode.owner_workspace_id)
-    rows = db.scalars(
-        select(PolicyRow)
+    rows = db.execute(
+        select(*VIEW_COLUMNS)
         .where(
             _own(PolicyRow, owner),
             PolicyRow.status == STATUS_ACTIVE,
