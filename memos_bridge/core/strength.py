@@ -25,13 +25,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Final
 
 import anyio
-from sqlalchemy import ColumnElement, and_, case, insert, or_, select, update
+from sqlalchemy import ColumnElement, Text, and_, case, cast, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from memos_bridge.config import StrengthSettings
@@ -585,7 +586,11 @@ async def strength_stage(ctx: LearningContext, episode_id: str, reward: object) 
         if not authored or episode is None:
             return []
         owner = OwnerFilter(episode.owner_agent_kind, episode.owner_profile_id, episode.owner_workspace_id)
-        stmt = select(PolicyRow).where(PolicyRow.protected.is_(False))
+        # Only rows whose feedback list names one of these ids (a text test the database runs; the exact set
+        # test follows): loading every unprotected experience cost most of this stage in a large store.
+        sources_text = cast(PolicyRow.source_feedback_ids_json, Text)
+        names_one = or_(*(sources_text.contains(json.dumps(fid), autoescape=True) for fid in sorted(authored)))
+        stmt = select(PolicyRow).where(PolicyRow.protected.is_(False), owner.clause(PolicyRow), names_one)
         candidates = [
             row for row in db.scalars(stmt) if owner.owns(row) and authored & set(row.source_feedback_ids_json or [])
         ]
