@@ -920,7 +920,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke check")
     parser.add_argument("--learning", choices=("on", "off"), default="on", help="off: lightweight mode")
     parser.add_argument("--steps", type=int, help="traces stored in all before turn.start is timed (default 10000)")
-    parser.add_argument("--queries", type=int, help="timed turn.start calls (default 100, quick 30)")
+    parser.add_argument("--queries", type=int, help="timed turn.start calls (default 300, quick 30)")
     parser.add_argument("--lone", type=int, help="verdicts sent one at a time after the flush (default 20)")
     parser.add_argument(
         "--beside",
@@ -939,7 +939,7 @@ def main() -> int:
     learning = args.learning == "on"
     pings = 2_000 if args.quick else 20_000
     traces_target = args.steps or (2_000 if args.quick else 10_000)
-    n_queries = args.queries or (30 if args.quick else 100)
+    n_queries = args.queries or (30 if args.quick else 300)
     n_lone = args.lone if args.lone is not None else (5 if args.quick else 20)
     n_beside = args.beside if args.beside is not None else (80 if args.quick else 400)
     env = {} if learning else {"MEMOS_BRIDGE_LIGHTWEIGHT": "true"}
