@@ -79,6 +79,11 @@ class EmbeddingSettings(_Section):
         description="Let ONNX Runtime's threads busy-wait between operators (off: on few cores they starve the "
         "service's own threads).",
     )
+    onnx_memory_arena: bool = Field(
+        False,
+        description="Let ONNX Runtime keep its own memory arena (on: a batch of long texts grows resident memory "
+        "by ~100 MiB for good; off: each run's buffers are freed, at no measured cost in speed).",
+    )
     step_vectors: Literal["one", "two"] = Field(
         "one",
         description="Model runs per captured step: one (the step's summary, or a said line's words, serves the "

@@ -347,7 +347,9 @@ class FastEmbedEmbedder:
             local_files_only=True,
             lazy_load=True,  # the session is built by _load_session
         )
-        _load_session(model, self._settings.threads, spinning=self._settings.onnx_spinning)
+        _load_session(
+            model, self._settings.threads, spinning=self._settings.onnx_spinning, arena=self._settings.onnx_memory_arena
+        )
         # One tiny run allocates ONNX Runtime's buffers now rather than during the first real call.
         probe = np.asarray(list(model.embed(["warm up"], batch_size=1)))
         if probe.shape != (1, self.dim):
@@ -358,22 +360,27 @@ class FastEmbedEmbedder:
         return model
 
 
-def _load_session(model: Any, threads: int | None, *, spinning: bool) -> None:
-    """Build the ONNX Runtime session of a lazily constructed fastembed model, with thread spinning off.
+def _load_session(model: Any, threads: int | None, *, spinning: bool, arena: bool = False) -> None:
+    """Build the ONNX Runtime session of a lazily constructed fastembed model, with thread spinning and the
+    memory arena off unless the settings turn them on.
 
     Why: ONNX Runtime's intra-op threads spin for a while after every operator, waiting for the next one.
     On a 2-core machine the spinning threads take the cores the service's own threads need while a query
     is embedded (routing, keyword channels): with spinning, one `turn.start` cost about a third more CPU
     and its query embedding ran 2-3x slower than the same embedding alone (scripts/bench_retrieval.py).
     fastembed exposes no session options, so the model is constructed with `lazy_load` and its session
-    is built here from the same file, providers and thread count plus `session.intra_op.allow_spinning
-    = 0` (building a second session and dropping fastembed's kept ~50 MiB of freed arena resident). If
-    fastembed's internals ever change shape, its own loader runs instead (logged), which is only slower.
+    is built here from the same file, providers and thread count, with `session.intra_op.allow_spinning`
+    as `embedding.onnx_spinning` says (building a second session and dropping fastembed's kept ~50 MiB of
+    freed arena resident). If fastembed's internals ever change shape, its own loader runs instead (logged),
+    which is only slower.
+
+    The arena: ONNX Runtime's CPU arena keeps the largest buffers it ever needed. Attention over a batch of
+    32 texts of 256 tokens needs about 100 MiB, so one batch of long tool outputs raised a long-running
+    service's resident memory by that much for good (a 30-minute soak: +104 MiB within 3,000 steps). Without
+    the arena each run frees its buffers (the service's heap trims return them); batch and query embedding
+    ran as fast either way (in-process, 150 batches of 16 texts and 200 single queries each way).
     """
     inner = model.model  # fastembed's OnnxTextEmbedding
-    if spinning:
-        inner.load_onnx_model()
-        return
     try:
         import onnxruntime as ort
 
@@ -383,10 +390,11 @@ def _load_session(model: Any, threads: int | None, *, spinning: bool) -> None:
         if threads is not None:
             options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1  # graph nodes run in order; runs overlap only across the two roles
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        options.enable_cpu_mem_arena = arena
         inner.model = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
         inner._ensure_tokenizer()
     except Exception as exc:  # fastembed's own session: slower, never broken
-        log.warning("could not build a non-spinning ONNX Runtime session: %r", exc)
+        log.warning("could not build the ONNX Runtime session with the service's options: %r", exc)
         inner.model = None
         inner.load_onnx_model()
