@@ -120,6 +120,8 @@ from bench_transport import (
     machine_line,
     print_profile,
     print_stages,
+    rss_mib,
+    settled_rss,
     stage_table,
     turn_start_floor,
 )
@@ -213,15 +215,6 @@ POLARITIES = ("positive", "negative", "neutral", "mixed")
 
 # ---------------------------------------------------------------------------------------------------------
 # Helpers
-
-
-def rss_mib(pid: int) -> float:
-    """Resident set size of a process in MiB (Linux), as in bench_transport.py."""
-    with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -962,26 +955,6 @@ def run_service(
     return ServiceReport(
         spawn_s, first_turn_s, warmup.wall_ms, turn_start, follow_up, search, rss, ingest_ms, ingest_steps, settled
     )
-
-
-def settled_rss(client: ServiceClient, pid: int) -> float:
-    """RSS once the service has handed its freed heap back (its next periodic trim after this work).
-
-    The figure right after the queries depends on when the last trim ran: the start-up load's temporary
-    buffers may still be resident, or may have been returned a second earlier (measured: 716 vs 476 MiB on
-    the same home). Waiting for the trim gives a figure that means the same thing in every run. nan when the
-    service trims nothing within its interval plus a margin (trimming off, or not on glibc).
-    """
-    interval = load_settings(tempfile.gettempdir()).transport.heap_trim_interval_s
-    if interval <= 0:
-        return math.nan
-    before = client.call("core.health")["process"]["heapTrims"]
-    deadline = time.monotonic() + interval + 10
-    while time.monotonic() < deadline:
-        time.sleep(1)
-        if client.call("core.health")["process"]["heapTrims"] > before:
-            return rss_mib(pid)
-    return math.nan
 
 
 INGEST_TURNS = 40
