@@ -81,8 +81,8 @@ class EmbeddingSettings(_Section):
     )
     onnx_memory_arena: bool = Field(
         False,
-        description="Let ONNX Runtime keep its own memory arena (on: a batch of long texts grows resident memory "
-        "by ~100 MiB for good; off: each run's buffers are freed, at no measured cost in speed).",
+        description="Let ONNX Runtime keep its own memory arena (on: one batch of long texts can keep hundreds of "
+        "MiB resident for good; off: each run's buffers are freed, at no measured cost in speed).",
     )
     step_vectors: Literal["one", "two"] = Field(
         "one",
