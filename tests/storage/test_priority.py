@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.priority import (
+    SETTLE_S,
     PrioritySlots,
     background,
     interactive,
     interactive_in_flight,
     is_interactive,
+    settling,
     yield_to_interactive,
 )
 
@@ -182,6 +186,73 @@ async def test_background_work_waits_for_interactive_work_with_bounded_patience(
             group.start_soon(starved)
         assert inner_flag == [False]  # background() cleared the inherited mark in that task only
         assert is_interactive()
+
+
+async def _after_a_host_call() -> tuple[float, float]:
+    """Run one short interactive block; return (monotonic time it ended, time a background yield took)."""
+    with interactive():
+        await anyio.sleep(0.001)
+    ended = time.monotonic()
+    await yield_to_interactive()
+    return ended, time.monotonic() - ended
+
+
+async def test_settling_work_starts_only_after_a_calm_moment_and_plain_background_work_does_not_wait() -> None:
+    _, plain_wait = await _after_a_host_call()
+    assert plain_wait < SETTLE_S / 2  # nothing in flight: ordinary background work goes at once
+
+    with settling(budget_s=5):
+        ended, settled_wait = await _after_a_host_call()
+        assert time.monotonic() - ended >= SETTLE_S  # it waited until the host had been quiet for SETTLE_S
+        assert settled_wait < SETTLE_S * 10
+        started = time.monotonic()
+        await yield_to_interactive()  # already calm: no further wait
+        assert time.monotonic() - started < SETTLE_S / 2
+
+
+async def test_a_burst_of_host_calls_holds_settling_work_back_until_it_ends() -> None:
+    order: list[str] = []
+
+    async def burst() -> None:
+        for _ in range(8):  # back to back, gaps far shorter than SETTLE_S
+            with interactive():
+                await anyio.sleep(0.005)
+            await anyio.sleep(0.0005)
+        order.append("burst over")
+
+    async def learning_unit() -> None:
+        with settling(budget_s=5):
+            await anyio.sleep(0.002)  # the burst is under way
+            await yield_to_interactive(patience_s=5)
+            order.append("learning ran")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(burst)
+        group.start_soon(learning_unit)
+    assert order == ["burst over", "learning ran"]
+
+
+async def test_settling_stops_when_its_budget_is_spent_and_patience_still_bounds_every_wait() -> None:
+    with settling(budget_s=0.0):  # budget spent at once: behaves as plain background work
+        _, wait = await _after_a_host_call()
+        assert wait < SETTLE_S / 2
+
+    stop = anyio.Event()
+
+    async def endless_burst() -> None:
+        while not stop.is_set():
+            with interactive():
+                await anyio.sleep(0.003)
+            await anyio.sleep(0.0005)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(endless_burst)
+        await anyio.sleep(0.01)
+        with settling(budget_s=5), anyio.fail_after(2):
+            started = time.monotonic()
+            await yield_to_interactive(patience_s=0.1)  # never calm: patience ends the wait
+            assert 0.09 <= time.monotonic() - started < 1
+        stop.set()
 
 
 async def test_database_admits_an_interactive_write_ahead_of_queued_background_writes(tmp_path) -> None:

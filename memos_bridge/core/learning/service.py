@@ -39,10 +39,15 @@ from memos_bridge.ids import new_id
 from memos_bridge.storage.activity import last_activity
 from memos_bridge.storage.locks import write_first_wins
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, TraceRow
+from memos_bridge.storage.priority import settling
 
 log = logging.getLogger(__name__)
 
 RECOVERY_BATCH = 500
+#: How long a chain's storage work keeps waiting for calm between a host's turns (`storage.priority.settling`)
+#: before it only yields as other background work does: the most a burst of turns can delay a verdict's
+#: lessons by this courtesy, on top of the chain's own time.
+CHAIN_SETTLE_BUDGET_S = 2.0
 
 Stage = Callable[[LearningContext, str, RewardReport], Awaitable[object]]
 CorrectionRepair = Callable[[dto.FeedbackDTO], Awaitable[dto.RepairDTO | None]]
@@ -109,11 +114,12 @@ class LearningService:
 
     async def _chain(self, episode_id: str, trigger: str) -> ChainReport:
         """Run the stages for one episode; their events belong to the episode's namespace."""
-        scope = await self.ctx.db.read(lambda db: _episode_scope(db, episode_id))
-        if scope is None:
-            return await self._run_stages(episode_id, trigger)
-        with self.ctx.events.scoped(scope):
-            return await self._run_stages(episode_id, trigger)
+        with settling(CHAIN_SETTLE_BUDGET_S):
+            scope = await self.ctx.db.read(lambda db: _episode_scope(db, episode_id))
+            if scope is None:
+                return await self._run_stages(episode_id, trigger)
+            with self.ctx.events.scoped(scope):
+                return await self._run_stages(episode_id, trigger)
 
     async def _run_stages(self, episode_id: str, trigger: str) -> ChainReport:
         report = ChainReport(episode_id, trigger)
