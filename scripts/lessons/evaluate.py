@@ -57,6 +57,11 @@ READINGS = re.compile(
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 #: The service's own words in an injected block — headings, labels, notices, tool hints — are not lessons: a key
 #: term must not be credited (or blamed) because a label such as "Avoid:" contains it.
+#: The service's ids (`fb_3SJWG10TWD9B`: a kind prefix and 12 Crockford base32 characters, `memos_bridge.ids`)
+#: quoted in provenance lines. Their characters are random, and a key term such as "a digit then a letter at a
+#: word's end" would find a lesson in an id: out of 300 runs with the ids re-drawn, 27 counted 2–4 tasks as
+#: carrying another family's lesson when none did.
+SERVICE_ID = re.compile(r"\b[a-z]{2}_[0-9A-HJKMNP-TV-Z]{12}\b")
 _BOILERPLATE = re.compile(
     r"</?relevant-memories>|^\s*#.*$|^UNTRUSTED DATA.*$|^Notes recalled.*$|^Follow-up tools:.*$|"
     r"\[(?:failure to avoid|what worked|correction \(not yet confirmed by a success\)|user preference|"
@@ -67,8 +72,9 @@ _BOILERPLATE = re.compile(
 
 
 def lesson_words(injected: str) -> str:
-    """The injected text without the renderer's own labels and headings (what key terms are matched against)."""
-    return _BOILERPLATE.sub(" ", injected)
+    """The injected text without the renderer's own labels, headings and ids (what key terms are matched
+    against)."""
+    return SERVICE_ID.sub(" ", _BOILERPLATE.sub(" ", injected))
 
 
 BM25_TOP = 2
@@ -324,7 +330,7 @@ def count_experiences(families: Sequence[Family], experiences: Iterable[dict[str
     seen: set[tuple[str, str]] = set()
     for exp in experiences:
         out.experiences += 1
-        text = f"{exp.get('title') or ''}\n{exp.get('procedure') or ''}"
+        text = SERVICE_ID.sub(" ", f"{exp.get('title') or ''}\n{exp.get('procedure') or ''}")
         carried = [(f.name, c.id) for f, c in taught if c.carried_by(text)]
         seen.update(carried)
         out.mixed += len(carried) > 1
