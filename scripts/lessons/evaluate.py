@@ -15,7 +15,8 @@ Measured at every `turn.start`, against what earlier tasks taught (`Measures`):
 * **recall** — for each convention the task needs that an earlier task of its family taught: does the injected
   text carry the convention's key terms;
 * **unrelated** — does the injected text carry a lesson of another family (any of its conventions' key terms);
-  within the family, lessons the task does not need are counted apart (`extra`);
+  within the family, lessons the task does not need are counted apart (`extra`). Key terms are matched
+  without the service's headings, labels and ids (`lesson_words`);
 * **leaked values** — answer values of earlier tasks (their expected and naive answers: numbers of three or more
   digits or with decimals, strings of six or more characters) that appear in the injected text but in neither the
   task's own prompt nor any feedback's lesson sentence of the convention;
