@@ -45,6 +45,7 @@ from typing import Any
 
 from lessons.corpus import STYLES, Family, Task
 from memos_bridge.client import ServiceClient
+from memos_bridge.ids import CROCKFORD, PREFIXES
 
 #: The service environment of every run: learn at once, no LLM unless the caller adds one.
 SERVICE_ENV = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
@@ -56,13 +57,13 @@ READINGS = re.compile(
     re.IGNORECASE,
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
-#: The service's own words in an injected block — headings, labels, notices, tool hints — are not lessons: a key
-#: term must not be credited (or blamed) because a label such as "Avoid:" contains it.
 #: The service's ids (`fb_3SJWG10TWD9B`: a kind prefix and 12 Crockford base32 characters, `memos_bridge.ids`)
 #: quoted in provenance lines. Their characters are random, and a key term such as "a digit then a letter at a
 #: word's end" would find a lesson in an id: out of 300 runs with the ids re-drawn, 27 counted 2–4 tasks as
 #: carrying another family's lesson when none did.
-SERVICE_ID = re.compile(r"\b[a-z]{2}_[0-9A-HJKMNP-TV-Z]{12}\b")
+SERVICE_ID = re.compile(rf"\b(?:{'|'.join(map(re.escape, PREFIXES.values()))})[{CROCKFORD}]{{12}}\b")
+#: The service's own words in an injected block — headings, labels, notices, tool hints — are not lessons: a key
+#: term must not be credited (or blamed) because a label such as "Avoid:" contains it.
 _BOILERPLATE = re.compile(
     r"</?relevant-memories>|^\s*#.*$|^UNTRUSTED DATA.*$|^Notes recalled.*$|^Follow-up tools:.*$|"
     r"\[(?:failure to avoid|what worked|correction \(not yet confirmed by a success\)|user preference|"
