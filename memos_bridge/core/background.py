@@ -12,6 +12,7 @@ service down.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -89,11 +90,12 @@ class WriteBehind:
     """Small writes nobody waits for (a turn's cached result, its api_logs row), committed together.
 
     SQLite has one writer: a write per turn issued in the background still makes the *next* turn's own
-    write wait for the lock. Queued writes are instead applied in one transaction by a single flusher
-    that runs `min_delay_s` after the first queued write, once no foreground request is in flight (or
-    `max_delay_s` later at most), so a burst of turns costs one commit, not one per turn. A crash loses at
-    most that fraction of a second of cached results (a retried turn then simply runs again). Each write runs in its own
-    savepoint: a failing one is logged and dropped without losing the others.
+    write wait for the lock. So while turns keep coming, each `turn.start` takes the queue into its own
+    routing write (`take`, `apply`, `put_back`): no commit of its own, no wait. When they stop, a single
+    flusher applies what is left in one transaction, once the oldest write has waited `min_delay_s` and no
+    foreground request is in flight (or `max_delay_s` later at most). A crash loses at most that fraction of
+    a second of cached results (a retried turn then simply runs again). Each write runs in its own savepoint:
+    a failing one is logged and dropped without losing the others.
     """
 
     def __init__(
@@ -104,28 +106,58 @@ class WriteBehind:
         self._min_delay_s = min_delay_s
         self._max_delay_s = max_delay_s
         self._queue: list[tuple[str, Write]] = []
+        self._oldest_at: float | None = None  # monotonic time the oldest queued write was queued
         self._scheduled = False
         self.quiet: Callable[[float], Awaitable[None]] | None = None  # e.g. ForegroundGate.wait_quiet
         self.dropped = 0
 
     async def add(self, name: str, write: Write) -> None:
         self._queue.append((name, write))
+        if self._oldest_at is None:
+            self._oldest_at = time.monotonic()
+        await self._schedule()
+
+    async def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
             await self._background.submit("write-behind", self._flush_later)
 
     async def _flush_later(self) -> None:
+        """Flush once the oldest queued write has waited `min_delay_s` and no request is in flight. While
+        turns keep coming, each turn's own write takes the queue (`take`), so what is left is always younger
+        than that: wait another round rather than commit in the gap before the next turn's write."""
         try:
             if self._background.attached:
-                await anyio.sleep(self._min_delay_s)  # let a burst of turns queue up behind one commit
-                if self.quiet is not None:
-                    await self.quiet(self._max_delay_s)
+                while True:
+                    await anyio.sleep(self._min_delay_s)  # let a burst of turns queue up behind one commit
+                    if self.quiet is not None:
+                        await self.quiet(self._max_delay_s)
+                    if self._oldest_at is None or time.monotonic() - self._oldest_at >= self._min_delay_s:
+                        break
         finally:
             self._scheduled = False
         await self.flush()
 
+    def take(self) -> list[tuple[str, Write]]:
+        """Every queued write, removed from the queue: the caller applies them in its own transaction
+        (`apply`) and hands back (`put_back`) those it could not commit."""
+        batch, self._queue, self._oldest_at = self._queue, [], None
+        return batch
+
+    async def put_back(self, batch: list[tuple[str, Write]]) -> None:
+        """Queue again writes taken with `take` that were not committed; the next flush applies them."""
+        if batch:
+            self._queue[:0] = batch
+            self._oldest_at = time.monotonic() - self._min_delay_s  # due at once
+            await self._schedule()
+
+    def apply(self, db: Session, batch: list[tuple[str, Write]]) -> list[tuple[str, Write]]:
+        """Apply taken writes inside the caller's write transaction, each in a savepoint; returns the writes
+        that met another service's lock, to `put_back` after the caller's commit."""
+        return self._apply(db, batch, retry=True)
+
     async def flush(self) -> None:
-        batch, self._queue = self._queue, []
+        batch = self.take()
         if batch:
             again = await self._db.write(lambda db: self._apply(db, batch, retry=True))
             if again:  # after the commit, which let the other service's transaction finish

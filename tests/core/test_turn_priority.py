@@ -68,7 +68,7 @@ async def test_a_turn_start_write_is_admitted_before_queued_capture_writes(core_
         release.set()
 
     after_release = writes[1:]
-    assert "_record_and_retrieve" in after_release[0], after_release
+    assert "_begin_turn" in after_release[0], after_release
     assert sum("_turn_end" in name for name in after_release) == len(episodes)
 
 
