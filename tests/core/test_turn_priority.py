@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from memos_bridge.contract import dto
 from memos_bridge.core.facade import MemoryCore
+from tests.core.units import record_units
 
 pytestmark = pytest.mark.anyio
 
@@ -25,14 +26,7 @@ async def test_a_turn_start_write_is_admitted_before_queued_capture_writes(core_
     core = await core_factory(capture={"concurrency": 8})
     episodes = [(f"se_{i}", (await _start(core, f"se_{i}", f"build report {i}", 1)).query.episode_id) for i in range(4)]
 
-    writes: list[str] = []  # who got the writer, in order, once it is released
-    original = core.db.write_sync
-
-    def recording_write_sync(fn: Any) -> Any:
-        writes.append(getattr(fn, "__qualname__", repr(fn)))
-        return original(fn)
-
-    core.db.write_sync = recording_write_sync  # type: ignore[method-assign]
+    writes = record_units(core.db, "write_sync")  # who got the writer, in order, once it is released
     release = threading.Event()
 
     def hold_the_writer(_session: Session) -> None:
@@ -115,14 +109,7 @@ async def test_a_session_opened_first_searches_before_its_first_routing_write(co
     opened = await core.open_session(dto.SessionOpenParams.model_validate({"agent": "t"}))
     assert core.turns.knows_owner(opened.session_id)
 
-    reads: list[str] = []
-    original_read = core.db.read_sync
-
-    def recording_read_sync(fn: Any) -> Any:
-        reads.append(getattr(fn, "__qualname__", repr(fn)))
-        return original_read(fn)
-
-    core.db.read_sync = recording_read_sync  # type: ignore[method-assign]
+    reads = record_units(core.db, "read_sync")
     release, held = threading.Event(), threading.Event()
 
     def hold_the_writer(_session: Session) -> None:

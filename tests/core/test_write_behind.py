@@ -15,6 +15,7 @@ from memos_bridge.contract import dto
 from memos_bridge.core.background import BackgroundWork, WriteBehind
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.models import KvRow, TurnRow
+from tests.core.units import record_units
 
 pytestmark = pytest.mark.anyio
 
@@ -93,14 +94,7 @@ async def test_writes_put_back_after_a_failed_turn_are_flushed(db: Database) -> 
 
 async def test_back_to_back_turns_commit_the_previous_results_in_their_own_write(core_factory: Any) -> None:
     core = await core_factory()
-    transactions: list[str] = []
-    original = core.db.write_sync
-
-    def recording_write_sync(fn: Any) -> Any:
-        transactions.append(getattr(fn, "__qualname__", repr(fn)))
-        return original(fn)
-
-    core.db.write_sync = recording_write_sync  # type: ignore[method-assign]
+    transactions = record_units(core.db, "write_sync")
     async with anyio.create_task_group() as group:
         group.start_soon(core.background.run)
         await anyio.sleep(0.01)
