@@ -35,7 +35,7 @@ SPLITS: tuple[Split, ...] = ("dev", "report", "fresh")
 STYLES: tuple[str, ...] = ("verifier_payload", "verifier_text", "user_en", "user_zh", "terse", "long_mixed")
 #: Absolute tolerance of a numeric answer unless a task sets its own.
 DEFAULT_TOLERANCE = 0.01
-MIN_TASKS, MAX_TASKS = 4, 6
+MIN_TASKS, MAX_TASKS = 4, 7
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,11 @@ class Task:
     naive: dict[str, Any]
     tolerance: float
     feedback: Mapping[str, Any]  # style -> text (verifier_payload: {message, passed, total})
+    #: The id of an earlier task of the family that this one asks again after its answer was rejected (the same
+    #: request, perhaps reworded, the same files and answer); its values are this task's own, not a leak.
+    retry_of: str | None = None
+    #: The naive answer is right: the task needs no convention and its feedback (every style) is praise.
+    passes: bool = False
 
     def feedback_text(self, style: str) -> str:
         """The words of the feedback in `style` (for verifier_payload, its message)."""
@@ -103,6 +108,8 @@ def load_family(root: Path) -> Family:
             naive=dict(t["naive"]),
             tolerance=float(t.get("tolerance", DEFAULT_TOLERANCE)),
             feedback=dict(t.get("feedback", {})),
+            retry_of=str(t["retryOf"]) if t.get("retryOf") else None,
+            passes=bool(t.get("passes", False)),
         )
         for t in raw["tasks"]
     )
@@ -183,9 +190,11 @@ def validate(family: Family) -> list[str]:
             problems.append(
                 f"{where}/{convention.id}: every keyTerm occurs in a task prompt; one must be the lesson's own"
             )
-        needing = [t.id for t in family.tasks if convention.id in t.needs]
+        needing = [t.id for t in family.tasks if convention.id in t.needs and t.retry_of is None]
         if len(needing) < 2:
-            problems.append(f"{where}/{convention.id}: needed by {len(needing)} task(s); at least two must need it")
+            problems.append(
+                f"{where}/{convention.id}: needed by {len(needing)} task(s) that are not retries; at least two must"
+            )
     try:
         reference = reference_module(family)
     except Exception as exc:  # a broken reference is reported, not raised
@@ -199,12 +208,25 @@ def validate(family: Family) -> list[str]:
         unknown = set(task.needs) - set(family.conventions)
         if unknown:
             problems.append(f"{at}: needs unknown conventions {sorted(unknown)}")
-        if not task.needs:
+        if task.passes:
+            if task.needs:
+                problems.append(f"{at}: a passing task needs no convention")
+            if not answers_match(task.expected, task.naive, task.tolerance):
+                problems.append(f"{at}: a passing task's naive answer must equal the expected one")
+        elif not task.needs:
             problems.append(f"{at}: needs no convention")
+        if task.retry_of is not None:
+            original = next((t for t in family.tasks if t.id == task.retry_of), None)
+            if original is None or family.tasks.index(original) >= family.tasks.index(task):
+                problems.append(f"{at}: retryOf {task.retry_of!r} is not an earlier task of the family")
+            elif (original.files, original.needs, original.passes) != (task.files, task.needs, task.passes):
+                problems.append(f"{at}: a retry keeps the files and needs of {task.retry_of}")
+            elif not answers_match(original.expected, task.expected, task.tolerance):
+                problems.append(f"{at}: a retry keeps the expected answer of {task.retry_of}")
         for name in task.files:
             if not (family.data_dir / name).is_file():
                 problems.append(f"{at}: input file data/{name} is missing")
-        if answers_match(task.expected, task.naive, task.tolerance):
+        if not task.passes and answers_match(task.expected, task.naive, task.tolerance):
             problems.append(f"{at}: the naive answer equals the expected one")
         if reference is not None:
             for naive, wanted in ((False, task.expected), (True, task.naive)):
