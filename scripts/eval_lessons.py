@@ -24,6 +24,7 @@ from typing import Any
 from lessons.corpus import SPLITS, Family, load_corpus
 from lessons.evaluate import (
     RUN_STYLES,
+    SESSIONS,
     SHAPES,
     Measures,
     RunResult,
@@ -161,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="how the scripted agent works: files (reads the input, writes the answer file) or script (writes and "
         "runs a script that reads the inputs, as a coding agent does)",
     )
+    parser.add_argument(
+        "--sessions",
+        choices=SESSIONS,
+        default="task",
+        help="task: a session per task, hours apart; family: one session per family, tasks minutes apart",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
@@ -174,7 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for style in args.style or RUN_STYLES:
             print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
             log = args.service_logs / f"{split}-{style}.log" if args.service_logs else None
-            result = run_service(families, style, learner=args.learner, shape=args.shape, env=env, keep_log=log)
+            result = run_service(
+                families, style, learner=args.learner, shape=args.shape, env=env, keep_log=log, sessions=args.sessions
+            )
             results.append(result)
             if args.show:
                 for rec in result.records:

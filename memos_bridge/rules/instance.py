@@ -1,7 +1,7 @@
 """Instance content: what is true of one attempt only — its values and its identity — and never part of a lesson.
 
 Feedback mixes the lesson ("weights are in pounds: multiply by 0.4536") with facts about this attempt ("expected
-412.77, got 910.0", "the right answer was 412.77", "正确答案是 412.77", "FAIL for pw-3", "check pw-3: mismatch").
+412.77, got 910.0", "the right answer was 412.77", "正确答案是 412.77", "FAIL for vx-3", "check vx-3: mismatch").
 Recalled for another task, those values are wrong, and a small model copies them into its answer; so they stay on
 the feedback record and out of every lesson's recalled text. Numbers that are part of a convention — a factor
 ("multiply by 0.4536", "divide by 1,000"), a port, a version, "round to 2 decimals", an offset ("UTC+5") — stay.
@@ -87,7 +87,7 @@ _ANSWER_CUE: Final = re.compile(
     r"(?:\s*(?:is|was|be|of|at|as|to|about|around|only|just|a|an|the|just|是|为|了|的)\b)*\s*[$€£¥]?\s*$",
     re.IGNORECASE,
 )
-#: A unit or currency word right after a number with decimals ("533.75 dollars", "41.2 kg", "7.5 hours").
+#: A unit or currency word right after a number with decimals ("812.5 dollars", "41.2 kg", "7.5 hours").
 _MEASURE_AFTER: Final = re.compile(r"^\s*(?P<word>[A-Za-z]{1,12}\b|%|[\u4e00-\u9fff]{1,3})")
 #: A clause that states a result: "the top customer is …", "the latest real file is …", "your total was …",
 #: "it should be assets/x.glb" (a value, not a rule: what follows the copula is a name, a path or a number).
@@ -125,7 +125,7 @@ _QUOTED_ANSWER: Final = re.compile(
     r"[`'\"“]",
     re.IGNORECASE,
 )
-#: A terse note that ends on one value after ":", "→" or "=" ("fiscal quarters (FY from July): FY24-Q3"): the
+#: A terse note that ends on one value after ":", "→" or "=" ("academic terms (year from September): AY23-T2"): the
 #: value is this attempt's answer, the words before it the rule.
 _TRAILING_VALUE: Final = re.compile(r"\s*(?:[:=→]|->)\s*[`'\"“]?[\w.$€£¥%-]*\d[\w.%-]*[`'\"”]?\s*$")
 #: A clause that only labels the value after it ("expected", "got", "actual", "want", "期望", "实际").
@@ -144,7 +144,7 @@ _KIND_VALUE: Final = re.compile(
     r"locale|case|key\s+name|field\s+name|column\s+name|extension|protocol)\b",
     re.IGNORECASE,
 )
-#: Words that carry a verdict, not content ("FAIL for pw-3", "check total_kg: mismatch").
+#: Words that carry a verdict, not content ("FAIL for vx-3", "check total_kg: mismatch").
 VERDICT_WORDS: Final = frozenset(
     """pass passed passes passing fail failed fails failing failure failures mismatch mismatched mismatches error
     errors wrong incorrect correct ok okay check checks checked assert assertion verifier verdict score scored
@@ -153,7 +153,7 @@ VERDICT_WORDS: Final = frozenset(
     total totals sum""".split()
 )
 _VERDICT_ZH: Final = re.compile("不对|错误|错了|失败|通过|不匹配|不一致|检查|结果|答案|正确|有误|不通过|未通过")
-#: An id of a task, a check or a case: letters then a digit after a separator (`pw-3`, `T3`, `case_12`).
+#: An id of a task, a check or a case: letters then a digit after a separator (`vx-3`, `T3`, `case_12`).
 _ID_SHAPE: Final = re.compile(r"\b[A-Za-z]{1,12}[-_#]?\d{1,6}[A-Za-z]?\b")
 #: Clause boundaries inside a sentence (kept with the clause text so it can be put back together).
 _CLAUSE: Final = re.compile(
@@ -200,7 +200,7 @@ _QUOTED_VALUE: Final = re.compile(r"\"([^\"\n]{3,120})\"\s*[,}\]]|:\s*\"([^\"\n]
 
 
 def _answer_strings(text: str) -> list[str]:
-    """String values of the agent's own answer as its reply quotes them (JSON values: `"top": "cus_Qe8w"`); the
+    """String values of the agent's own answer as its reply quotes them (JSON values: `"top": "acct_Zr4m"`); the
     keys stay out (an answer's field names are not its values)."""
     out: list[str] = []
     for match in _QUOTED_VALUE.finditer(text):
@@ -312,9 +312,9 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
         return "instance"
     measure = _MEASURE_AFTER.match(after)
     if number.decimals and (number.text[:1] in "$€£¥" or (measure is not None and units(measure.group("word")))):
-        return "instance"  # a measured amount ("533.75 dollars", "$63.75", "41.2 kg"): a result, not a rule
+        return "instance"  # a measured amount ("812.5 dollars", "$63.75", "41.2 kg"): a result, not a rule
     if number.decimals >= 2:
-        return "instance"  # a computed figure (293.76); a rule's own decimals sit after an operator (× 0.4536)
+        return "instance"  # a computed figure (647.18); a rule's own decimals sit after an operator (× 0.4536)
     year = not number.decimals and 1900 <= number.value <= 2100 and not (measure and units(measure.group("word")))
     if _significant_digits(number) >= 3 and not year and not number.text.startswith(("+", "-", "−")):
         return "instance"  # an arbitrary figure (1960 GB); a rule's numbers are small, round or after a label
@@ -323,7 +323,7 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
 
 def _significant_digits(number: Number) -> int:
     """Digits of a number without its leading and trailing zeros (1960 → 3, 1000 → 1, 0.4536 → 4); a number of one
-    repeated digit (99999999, a code) counts as one."""
+    repeated digit (77777777, a code) counts as one."""
     digits = re.sub(r"\D", "", number.text).strip("0")
     return 1 if len(set(digits)) <= 1 else len(digits)
 
@@ -343,7 +343,7 @@ _QUOTED_SPAN: Final = re.compile(r"`[^`\n]*`|'[^'\n]{1,80}'|\"[^\"\n]{1,120}\"|�
 
 def clauses(sentence: str) -> list[tuple[str, str]]:
     """(separator before it, clause) pairs; joining them gives the sentence back. Nothing inside quotes splits a
-    clause ('Lindqvist, M.' is one value)."""
+    clause ('Okafor, T.' is one value)."""
     quoted = list(_QUOTED_SPAN.finditer(sentence))
     masked = sentence
     for match in quoted:
@@ -359,7 +359,7 @@ def clauses(sentence: str) -> list[tuple[str, str]]:
     return out
 
 
-#: A clause that opens on a verdict and names an id or a field ("FAIL pw-3", "check pw-3 total_kg", "Verifier:
+#: A clause that opens on a verdict and names an id or a field ("FAIL vx-3", "check vx-3 total_kg", "Verifier:
 #: FAIL for t3_weights") reports on one task: it is a verdict, whatever words follow the id.
 _VERDICT_OPENING: Final = re.compile(
     r"^\W*(?:(?:the\s+)?verifier\s*[:：]?\s*)?(?:fail(?:ed|ure)?|pass(?:ed)?|error|mismatch|check|test|case|task|"
@@ -373,11 +373,11 @@ _WORD_WITH_DIGIT: Final = re.compile(r"\b[A-Za-z][\w.-]*\d[\w.-]*\b|\b\d+[A-Za-z
 
 def _identity_tokens(text: str, context: InstanceContext) -> set[str]:
     """Tokens of `text` that name this task or check rather than say anything: the known ids, id-shaped words
-    (`pw-3`, `case_12`) and the word after "for"/"check"/"task" in a verdict."""
+    (`vx-3`, `case_12`) and the word after "for"/"check"/"task" in a verdict."""
     verdict = _VERDICT_OPENING.match(text) or _VERDICT_WORD.search(text)
     out = {t.casefold() for t in _ID_SHAPE.findall(text)} if verdict else set()
     leading = _LEADING_ID.match(text)
-    if leading:  # verifier lines open with the task or check they report on ("tw-1 command", "[kf-2] FAIL")
+    if leading:  # verifier lines open with the task or check they report on ("jb-1 command", "[mk-2] FAIL")
         out.add(leading.group(1).casefold())
     out |= {i for i in context.ids if i in text.casefold()}
     for match in re.finditer(r"\b(?:for|check|task|test|case)\s+([\w.-]+)", text, re.IGNORECASE):
@@ -427,7 +427,7 @@ _ZH_RESULT_END: Final = re.compile(r"[\u4e00-\u9fff](?:应该|应当|应)?(?:是
 
 def _strip_phrase(clause: str, number: Number, offset: int) -> str:
     """`clause` without the answer phrase that ends it (from its cue word, or the number alone, to the number and
-    its unit): "Multiply by 0.4536 to get 412.77" → "Multiply by 0.4536". A value in the middle of a clause ("there
+    its unit): "Multiply by 2.54 to get 318.77" → "Multiply by 2.54". A value in the middle of a clause ("there
     are 9 referrals") leaves no sentence behind, so the clause goes ("")."""
     start, end = number.start - offset, number.end - offset
     head = clause[:start]
@@ -440,9 +440,9 @@ def _strip_phrase(clause: str, number: Number, offset: int) -> str:
         return ""
     kept = clause[:cut_from]
     if _ZH_RESULT_END.search(head):
-        return ""  # "木材类平均是 44.84 镑": a Chinese clause that only said what the value is
+        return ""  # "五金类平均是 27.36 元": a Chinese clause that only said what the value is
     if cue is not None and len(kept.strip()) <= 6 and _CJK_ONLY.fullmatch(kept.strip(" ，,、")):
-        return ""  # "三月共有 8 次" → "三月": only the subject of the count is left, which says nothing
+        return ""  # "周二共有 5 单" → "周二": only the subject of the count is left, which says nothing
     while True:
         shorter = _DANGLING.sub("", kept)
         if shorter == kept:
@@ -484,13 +484,13 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         if separator.strip() in _VALUE_SEPARATORS and (
             _SINGLE_VALUE.fullmatch(clause.strip(" .;。")) or label_before or _near_answer(clause, context)
         ):
-            # "…(FY from July): FY24-Q3", "expected: tw --workspace … run x", ": tw run x --flag": the value
+            # "…(year from September): AY23-T2", "expected: tw --workspace … run x", ": tw run x --flag": the value
             # after a colon that is this attempt's answer (or a corrected copy of it)
             removed.append(squash(clause))
             pieces.append(("", None))
             continue
         if tail is not None and clause_start >= tail:
-            removed.append(squash(clause))  # the values after "Leave them out:" ("13 volumes, 1960 GB freed")
+            removed.append(squash(clause))  # the values after "Leave those out:" ("9 buckets, 2730 MB reclaimed")
             pieces.append(("", None))
             continue
         shown = [r for n, r in zip(found, roles, strict=True) if n.text in clause]
@@ -508,24 +508,24 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
         listed = result_before and (
             separator in _LIST_SEPARATORS
             or (separator.strip() in (",", "，") and not has_verb(text))
-            or bool(_REJECTED_AFTER.match(text))  # "…是 Penrose Builders，而不是 Mereworth 的": the rejected one
+            or bool(_REJECTED_AFTER.match(text))  # "…是 Calloway Timber，而不是 Brantley 的": the rejected one
         )
         result_before = False
         if _KIND_VALUE.search(clause):
             pass  # "expected header X-Token, got Authorization": what kind of thing, and which: a convention
         elif (
-            listed  # "正确答案是纺织品 12 件、灯具 4 件": the items after a result belong to it
+            listed  # "正确答案是文具 15 盒、餐具 3 套": the items after a result belong to it
             or any(value in text.casefold() for value in context.strings)
             or _states_result(text)
-            or (any(role == "instance" for _, role in inside) and _states_result(clause))  # "X leads with 4750.8"
+            or (any(role == "instance" for _, role in inside) and _states_result(clause))  # "X leads with 6318.4"
             or _QUOTED_ANSWER.search(text)
             or _near_answer(text, context)
         ):
-            # "Drop that last line and the total is 10175.15": the command before the result stays
+            # "Skip the header row and the total is 8264.35": the command before the result stays
             text = _command_before_result(clause, [n.text for n, r in inside if r == "instance"])
             result_before = True
             if _PREDICATE_ONLY.match(clause):
-                _trim_dangling_subject(pieces)  # "… and the lamp, with 8 units, is the lowest": its subject goes
+                _trim_dangling_subject(pieces)  # "… and the kettle, with 3 sales, is the lowest": its subject goes
         else:
             text = _TRAILING_VALUE.sub("", text) if _TRAILING_VALUE.search(text) and not has_verb(text) else text
         parameter = any(role == "protected" and number.text in text for number, role in inside)
@@ -539,7 +539,7 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
                 removed.append(squash(clause))
                 cut = True
             if held is not None and held[0] == len(pieces) - 1 and separator.strip() in ("(", "（"):
-                pieces[held[0]] = (held[1], held[2])  # "the partition must be 20240501 (no dashes)": its subject
+                pieces[held[0]] = (held[1], held[2])  # "the batch date must be 20231130 (no slashes)": its subject
             pieces.append((separator, text))
             held = None
         else:
@@ -585,9 +585,9 @@ def _near_answer(clause: str, context: InstanceContext) -> bool:
 
 
 def _result_tail(sentence: str, found: list[Number], roles: list[str]) -> int | None:
-    """Where a tail of bare results starts after a colon or an arrow ("Leave them out: 13 volumes, 1960 GB freed",
-    "…: Transvia, 7", "read the rotated files too → 12 errors, wf-gw-01"): no verb after it, and a number that is
-    no rule's parameter. The earliest such place wins; None when there is none."""
+    """Where a tail of bare results starts after a colon or an arrow ("Leave those out: 9 buckets, 2730 MB
+    reclaimed", "…: Dunmore, 5", "include the archived files too → 17 warnings, hx-node-04"): no verb after it, and a
+    number that is no rule's parameter. The earliest such place wins; None when there is none."""
     marks = sorted((m.end(), m.start()) for m in re.finditer(r":\s|：|\s*(?:→|->|=>)\s*", sentence))
     for end, start in marks:
         rest = sentence[end:]
@@ -633,7 +633,7 @@ _JUDGED: Final = re.compile(
     r"\b(?:wrong|incorrect|mismatch(?:ed)?|fail(?:ed|s|ure)?|pass(?:ed)?|missing|error)\b|不对|错|失败|不匹配",
     re.IGNORECASE,
 )
-#: A rule, not a result: "the first run is always a --dry-run", "每次都先…" (a result states one attempt's value).
+#: A rule, not a result: "the first call is always a --validate", "每次都先…" (a result states one attempt's value).
 _GENERIC: Final = re.compile(
     r"\b(?:always|never|usually|normally|generally|by\s+default|every|each|any)\b|总是|永远|一律|每次|始终|默认|通常",
     re.IGNORECASE,
@@ -648,7 +648,7 @@ _VALUE_LIKE: Final = re.compile(r"\d|(?<!\w)[`'\"“]|\b[A-Z][a-z]+\b")
 
 def _states_result(text: str) -> bool:
     """Whether a clause states the value this attempt should have given ("the top month was 2024-03", "the
-    correct total is 1,204"), not a rule ("the first run is always a --dry-run", "the last line is the feed's
+    correct total is 1,204"), not a rule ("the first call is always a --validate", "the last line is the feed's
     control total")."""
     return _result_start(text) is not None
 
@@ -664,13 +664,13 @@ def _result_start(text: str) -> int | None:
     return match.start()
 
 
-#: Where a command ends and a result joined to it starts ("Net them off and Penrose Builders leads with 4750.8").
+#: Where a command ends and a result joined to it starts ("Merge the refunds and Calloway Timber leads with 6318.4").
 _JOINED_RESULT: Final = re.compile(r"\s+(?:and|so|then)\s+", re.IGNORECASE)
 
 
 def _command_before_result(clause: str, values: Sequence[str]) -> str:
-    """The command a clause gives before the result it goes on to state ("Drop that last line and the total is
-    10175.15" → "Drop that last line"; `values`: this attempt's numbers in the clause), or "" when it gives
+    """The command a clause gives before the result it goes on to state ("Skip the header row and the total is
+    8264.35" → "Skip the header row"; `values`: this attempt's numbers in the clause), or "" when it gives
     none."""
     for join in reversed(list(_JOINED_RESULT.finditer(clause))):
         head, tail = clause[: join.start()], clause[join.end() :]
@@ -690,8 +690,8 @@ _TRAILING_SUBJECT: Final = re.compile(r"\s+(?:and|or)\s+((?:[\w'-]+\s*){1,4})$",
 
 
 def _trim_dangling_subject(pieces: list[tuple[str, str | None]]) -> None:
-    """Take the subject of a dropped predicate off the kept clause it ended ("Pad to six digits and the lamp" →
-    "Pad to six digits"): the words after its last "and"/"or", when they hold no verb."""
+    """Take the subject of a dropped predicate off the kept clause it ended ("Merge the aliases and the kettle" →
+    "Merge the aliases"): the words after its last "and"/"or", when they hold no verb."""
     for index in range(len(pieces) - 1, -1, -1):
         separator, text = pieces[index]
         if text is None or not text.strip():
@@ -764,7 +764,7 @@ _TASK_FIELDS: Final = re.compile(
     r"[^:]*:|\bdo\s+not\s+write\s+fields\s+the\s+task\s+did\s+not\s+ask\s+for\s*\(",
     re.IGNORECASE,
 )
-#: A verdict about one task: "FAIL for pw-3", "check pw-3: mismatch", "Verifier: FAIL".
+#: A verdict about one task: "FAIL for vx-3", "check vx-3: mismatch", "Verifier: FAIL".
 _VERDICT_LINE: Final = re.compile(
     r"^\W*(?:verifier\s*[:：]\s*)?(?:fail(?:ed)?|pass(?:ed)?|mismatch|error)\b.{0,40}$|\bfail(?:ed)?\s+for\s+\S+$|"
     r"^\W*check\s+\S+\s*[:：]\s*(?:mismatch|fail(?:ed)?|error)",

@@ -1,8 +1,8 @@
 """Lesson sentences: which sentences of a feedback are the lesson, in the feedback's own words.
 
-Feedback says many things at once — a verdict ("FAIL for pw-3"), this attempt's values ("expected 412.77, got
-910"), praise ("the JSON layout is perfect"), and the lesson ("our weight column is in pounds, so multiply by
-0.4536 to get kilograms"). The lesson is what carries over to the next task, so it is kept as written (clipped,
+Feedback says many things at once — a verdict ("FAIL for vx-3"), this attempt's values ("expected 412.77, got
+910"), praise ("the JSON layout is perfect"), and the lesson ("our length column is in inches, so multiply by
+2.54 to get centimetres"). The lesson is what carries over to the next task, so it is kept as written (clipped,
 never paraphrased by a template: a template can only say what its author foresaw), and everything else stays on
 the feedback record. The classifier works on sentence structure in English and Chinese, not on any task's words:
 
@@ -20,7 +20,7 @@ the feedback record. The classifier works on sentence structure in English and C
 * **praise**, **complaint**, **instance** — verdicts and this attempt's own content: never a lesson.
 
 Each sentence is first stripped of instance content (`rules.instance.strip_instance`), so "it should come to
-412.77 — our weight column is in pounds" keeps only its second half. Then `group_lessons` splits the lesson
+412.77 — our length column is in inches" keeps only its second half. Then `group_lessons` splits the lesson
 sentences by subject (`rules.subjects`): feedback that teaches two conventions gives two lessons, and a sentence
 without a subject of its own ("Multiply by 0.4536.") continues the one before.
 
@@ -284,8 +284,8 @@ _ROLE_ORDER: Final[tuple[str, ...]] = (
 
 def role_of(text: str, context: InstanceContext | None = None) -> Role:
     """The role of one sentence whose instance content is already removed (module docstring). A sentence in parts
-    ("Rides without the key were treated as free; the API omits the field when the standard fee applies") takes
-    the most actionable role among its parts: the lesson is in the second half."""
+    ("Parcels without the flag were counted as domestic; the feed leaves the flag out when the default route
+    applies") takes the most actionable role among its parts: the lesson is in the second half."""
     parts = [part for part in _PART_SPLIT.split(text) if part.strip()]
     whole = _role_of(text, context)
     if len(parts) < 2:
@@ -313,7 +313,7 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
     if _PRAISE_OPENING.match(text) and not (
         _CONTRASTED_REST.search(text) or _INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text)
     ):
-        return "praise"  # "Nice, the breakdown is what I asked for", "Thanks for taking this on — …"
+        return "praise"  # "Great, the layout is just what I wanted", "Thanks for taking this on — …"
     if specific + sum(t.count("-") for t in specific_tokens(text)) < 2 and not named:
         return "other"  # "Leave them out.", "Skip it.": a verb and a pronoun say nothing on their own
     if _PREFERENCE.search(text):
@@ -326,7 +326,7 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
         return "instruction"
     if _is_statement(text) and not _ABOUT_ATTEMPT.match(text):
         if text.rstrip().endswith(("!", "！")) and not _PROHIBITION.search(text):
-            return "complaint"  # "Seventy-six million is a bit much for one supplier!": a reaction, not a rule
+            return "complaint"  # "Ninety thousand pallets is a lot for one depot!": a reaction, not a rule
         return "convention"
     if _ABOUT_ATTEMPT.match(text) and (specific >= 2 or named) and not _EVALUATIVE_PREDICATE.search(text):
         return "diagnosis"
@@ -420,13 +420,13 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
     return Reading(tuple(lines))
 
 
-#: "… didn't match because the warehouse drops leading zeros", "…不对，因为导出文件的重量是磅".
+#: "… didn't line up because the depot trims trailing spaces", "…不对，因为导出文件的重量是磅".
 _CAUSE: Final = re.compile(r"\b(?:because|since|due\s+to\s+the\s+fact\s+that)\s+|(?:因为|由于)", re.IGNORECASE)
 
 
 def _with_cause(sentence: str, context: InstanceContext) -> list[str]:
     """A verdict that gives its cause is two sentences: the verdict, and the cause, which may be the lesson
-    ("Half the sheet didn't match because the warehouse drops leading zeros")."""
+    ("A third of the rows didn't line up because the depot trims trailing spaces")."""
     match = _CAUSE.search(sentence)
     if match is None or match.start() == 0:
         return [sentence]
@@ -448,7 +448,7 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
     role = role_of(filtered.text, context)
     named = bool(identifiers(filtered.text) or units(filtered.text))
     if role == "note" and not named and filtered.removed and _role_of(sentence, context) == "praise":
-        role = "praise"  # "Thanks, quick and tidy as always.": the filter took the opening that made it praise
+        role = "praise"  # "Thanks, fast and neat as usual.": the filter took the opening that made it praise
     if filtered.cut and role not in ACTIONABLE:
         # what is left of a clause that stated this attempt's content is a lesson only when it says what
         # holds or what to do on its own ("So the refused returns" is not)
@@ -516,7 +516,7 @@ def _continues(line: LessonLine, group: list[LessonLine]) -> bool:
     return not _own_subject(line)
 
 
-#: Where one sentence may hold two conventions: "X is in cents, and void invoices do not count", "X; Y".
+#: Where one sentence may hold two conventions: "X is in grams, and test orders do not count", "X; Y".
 _COORDINATION: Final = re.compile(
     r",\s+and\s+|;\s+|\s+and\s+also\s+|\s+[+&]\s+|；|，(?:而且|并且|另外|还有)|"
     r"，(?=\s*[A-Za-z_][\w.-]*\s*(?:是|为|用|要|按|的单位))|"
@@ -535,7 +535,7 @@ _DEMONSTRATIVE: Final = re.compile(r"\b(?:that|this|these|those|the\s+same)\s+([
 def _refers_back(part: str, earlier: Sequence[str]) -> bool:
     """Whether a part of a sentence leans on the parts before it, so it is no convention of its own: it opens on
     a pronoun, or names with a demonstrative a thing the earlier parts named ("… dates day-first, and each order
-    belongs to the month of that date"). A pronoun after the part's own subject ("void invoices were cancelled,
+    belongs to the month of that date"). A pronoun after the part's own subject ("draft orders were abandoned,
     so they don't count") refers to that subject."""
     if _HEAD_PRONOUN.match(part):
         return True
@@ -555,8 +555,8 @@ _GENERIC_NOUNS: Final = frozenset(
 
 
 def _topic_words(text: str) -> set[str]:
-    """The content words two parts of one sentence must not share to be two conventions ("OLD-245 etc. are
-    legacy codes; translate via the legacy map" is one)."""
+    """The content words two parts of one sentence must not share to be two conventions ("ZR-88 etc. are
+    retired codes; convert with the retired list" is one)."""
     return {t.rstrip("s") for t in specific_tokens(text) if len(t) >= 4 and t not in _GENERIC_NOUNS and t.isalpha()}
 
 
@@ -564,7 +564,7 @@ _AND: Final = re.compile(r"\s+and\s+(?!then\b)", re.IGNORECASE)
 
 
 def _imperative_parts(part: str) -> list[str]:
-    """ "Convert amount from cents to dollars and skip the void invoices": two commands joined by "and", each
+    """ "Convert weight from grams to kilograms and drop the test orders": two commands joined by "and", each
     opening on its own verb, are two parts ("… and then …" is one procedure in order)."""
     if not _opens_with_imperative(part):
         return [part]
@@ -622,7 +622,7 @@ def split_conventions(line: LessonLine) -> list[LessonLine]:
             text += "。" if re.search(f"[{CJK_CHARS}]", text) else "."
         role = role_of(text)
         if role in ("diagnosis", "complaint", "praise", "instance"):
-            continue  # "…; rows with mg-000417 were dropped": what happened to this attempt, not a convention
+            continue  # "…; rows with zt-009152 were dropped": what happened to this attempt, not a convention
         out.append(replace(line, text=text, subject=subject, role=role if role in ACTIONABLE else line.role))
     return out or [line]
 

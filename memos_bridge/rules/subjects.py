@@ -1,9 +1,9 @@
 """What a lesson is about: the identifiers, unit words and numbers that name its subject.
 
-A lesson ("the `weight` field is in pounds: multiply by 0.4536 to get kilograms") is about something the next
+A lesson ("the `length` field is in inches: multiply by 2.54 to get centimetres") is about something the next
 task can name again — a field, a file, a flag, a header, a unit. These terms are what lets the service find the
 lesson again by subject (the identifier and trigram channels match them, in any language, since identifiers and
-numbers are written the same way in English and Chinese), tell two conventions apart (a lesson about `weight` is
+numbers are written the same way in English and Chinese), tell two conventions apart (a lesson about `length` is
 not one about `cost`), and recognise the same convention taught twice in other words (same identifier, same unit,
 same factor).
 
@@ -355,7 +355,7 @@ _EXTENSIONS: Final = frozenset(
 
 
 def _parts(term: str) -> set[str]:
-    """The word parts of a name (`quillon_invoices_2024-05.json` → quillon, invoices): file extensions, digits and
+    """The word parts of a name (`brantley_orders_2023-11.json` → brantley, orders): file extensions, digits and
     short pieces carry no subject."""
     return {part for part in _PART.findall(term.casefold()) if part not in _EXTENSIONS and part not in STOPWORDS}
 
@@ -419,9 +419,9 @@ def _named(term: str, lowered: str, words: set[str], pieces: set[str]) -> bool:
     matched = sum(any(_same_word(part, word) for word in words) for part in parts)
     if kind == "word":
         return bool(parts) and matched >= 1
-    # a compound name (`marigold_catalog.csv`) needs two of its words, or a request naming a file of the same
-    # family (`kestrel_manifest_apr13.txt` for `kestrel_manifest_apr12.txt`: the same leading word); a field or a
-    # code that is no file needs every piece (`unit_price` is not `unit_price_gbp`, `eu_west` not `eu-west-1`)
+    # a compound name (`harlow_stocklist.csv`) needs two of its words, or a request naming a file of the same
+    # family (`dunmore_picklist_oct08.txt` for `dunmore_picklist_oct07.txt`: the same leading word); a field or a
+    # code that is no file needs every piece (`line_total` is not `line_total_eur`, `eu_west` not `eu-west-1`)
     if not FILE.fullmatch(term):
         own = _PIECE.findall(key)
         return bool(own) and all(p in pieces or any(_same_word(p, w) for w in words) for p in own)
@@ -432,7 +432,7 @@ def _named(term: str, lowered: str, words: set[str], pieces: set[str]) -> bool:
 
 
 _LEAD_PART: Final = re.compile(r"([a-z]{4,})[_.-]")
-#: The letter and digit runs of a name (`unit_price_gbp` → unit, price, gbp; `eu-west-1` → eu, west, 1).
+#: The letter and digit runs of a name (`line_total_eur` → line, total, eur; `eu-west-1` → eu, west, 1).
 _PIECE: Final = re.compile(r"[a-z]+|\d+")
 
 
@@ -463,8 +463,8 @@ _OWNER: Final = re.compile(r"([A-Z][a-z]{3,})(?:\s+[A-Z][a-z]+)+")
 
 
 def _names_owner(term: str, request: str) -> bool:
-    """A proper name (`owner_names`) is named by its own leading word, capitalised ("the Wrenfield gateway log"
-    names "Wrenfield Telecom")."""
+    """A proper name (`owner_names`) is named by its own leading word, capitalised ("the Ossory loom log" names
+    "Ossory Linen")."""
     match = _OWNER.fullmatch(term)
     if match is None or match.group(1).casefold() in STOPWORDS:
         return False
@@ -488,7 +488,7 @@ def _request_forms(request: str) -> WordForms:
 
 def same_inputs(a: Iterable[str], b: Iterable[str]) -> bool:
     """Whether two lessons were learnt on the same inputs: a term in common, or sibling files (one leading word,
-    `larkspur_parcels_2024.csv` and `larkspur_returns_2024.csv`: one company's exports)."""
+    `harlow_orders_2023.csv` and `harlow_refunds_2023.csv`: one company's exports)."""
     left = {t.casefold() for t in a}
     right = {t.casefold() for t in b}
     if left & right:
@@ -501,15 +501,15 @@ def same_inputs(a: Iterable[str], b: Iterable[str]) -> bool:
     return bool(leads(left) & leads(right))
 
 
-#: A run of two or more capitalised words ("Wrenfield Telecom's", "Larkspur Parcel Co."): an organisation's or a
+#: A run of two or more capitalised words ("Ossory Linen's", "Calloway Timber Co."): an organisation's or a
 #: product's proper name. All-caps words (acronyms, log levels) and single words do not start one.
 _PROPER_RUN: Final = re.compile(r"\b[A-Z][a-z]+(?:[ \t]+(?:&[ \t]+)?[A-Z][a-z]+\.?)+")
 
 
 def owner_names(text: str) -> list[str]:
-    """The proper names `text` is about ("Wrenfield Telecom", "Marigold Home Goods"): two or more capitalised
-    words in a row, possessive dropped, less the function words a sentence may open with ("For Larkspur Parcel"
-    is "Larkspur Parcel"). Tasks on one company's data name the company; its house conventions hold for all of
+    """The proper names `text` is about ("Ossory Linen", "Harlow Garden Supplies"): two or more capitalised
+    words in a row, possessive dropped, less the function words a sentence may open with ("For Calloway Timber"
+    is "Calloway Timber"). Tasks on one company's data name the company; its house conventions hold for all of
     its files, so a lesson learnt on one file is recalled for another file of the same company."""
     out: list[str] = []
     for match in _PROPER_RUN.finditer(text):

@@ -112,7 +112,7 @@ def to_text(value: Any) -> str:
         return str(value)
 
 
-#: A number standing on its own ("16.37", "2024" of "2024-01"), not a piece of a name ("gateway.log.1", "10kg",
+#: A number standing on its own ("58.42", "2024" of "2024-01"), not a piece of a name ("server.log.3", "10kg",
 #: "x0.45", "eu-west-1").
 _BARE_NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:[.,]\d+)*(?![\w.]*[A-Za-z_])")
 

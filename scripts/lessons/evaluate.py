@@ -136,6 +136,19 @@ def feedback_params(task: Task, style: str, episode_id: str, trace_ids: list[str
         "raw": {"traceIds": trace_ids},
     }
     value = task.feedback[style]
+    if task.passes:  # praise of a right answer: a verified success
+        params["polarity"] = "positive"
+        if style == "verifier_payload":
+            block = dict(value) if isinstance(value, dict) else {"message": str(value)}
+            params["raw"]["verifier"] = {
+                "task": task.id,
+                "passed": block.get("total", 1),
+                "total": block.get("total", 1),
+            }
+            params["rationale"] = str(block.get("message", "")) or "Correct."
+        else:
+            params["rationale"] = str(value)
+        return params
     if style == "verifier_payload":
         block = dict(value) if isinstance(value, dict) else {"message": str(value)}
         params["raw"]["verifier"] = {
@@ -240,10 +253,14 @@ def measure(
     earlier: Sequence[tuple[Family, Task]],
     sources: str,
     lesson_texts: str,
+    attempts: dict[tuple[str, str], Sequence[str]] | None = None,
 ) -> TaskRecord:
     """What one injected text carried (module docstring). `taught` maps family name → conventions taught so far;
     `earlier` lists the tasks already run; `sources` is every feedback text and prompt of the run so far;
-    `lesson_texts` the feedback texts themselves (a value a feedback states as part of a rule is no leak)."""
+    `lesson_texts` the feedback texts themselves (a value a feedback states as part of a rule is no leak);
+    `attempts` the values each earlier attempt copied from its input ((family, task id) → values). A retry's
+    original task is the retry's own: its values are no leak there."""
+    attempts = attempts or {}
     raw = injected
     injected = lesson_words(raw)
     mine = taught.get(family.name, set())
@@ -256,7 +273,12 @@ def measure(
             continue
         other = next(f for f, _ in earlier if f.name == name)
         unrelated += [f"{name}/{c}" for c in sorted(conventions) if other.conventions[c].carried_by(injected)]
-    own = values_in(task.prompt) | {v.casefold() for v in instance_values(task)}
+    same_task = {task.id, task.retry_of} - {None}
+    own = values_in(task.prompt) | {v.casefold() for v in instance_values(task)} | input_values(family, task)
+    for other_family, other_task in earlier:
+        if other_family.name == family.name and other_task.id in same_task:
+            own |= {v.casefold() for v in instance_values(other_task)}
+            own |= set(attempts.get((other_family.name, other_task.id), ()))
     # a value that is a convention's own term (a control row's code, a flag) is the lesson, not a leak
     own |= {
         value
@@ -270,10 +292,12 @@ def measure(
     present = values_in(injected)
     lowered = injected.casefold()
     leaked: set[str] = set()
-    for _, other_task in earlier:
-        for value in instance_values(other_task) - own:
+    rule_numbers = values_in(_rule_numbers(lesson_texts))
+    for other_family, other_task in earlier:
+        theirs = instance_values(other_task) | set(attempts.get((other_family.name, other_task.id), ()))
+        for value in theirs - own:
             hit = value in present if re.fullmatch(r"-?[\d.]+", value) else value in lowered
-            if hit and value not in values_in(_rule_numbers(lesson_texts)):
+            if hit and value not in rule_numbers:
                 leaked.add(value)
     invented = [
         line.strip()
@@ -281,6 +305,16 @@ def measure(
         if any(m.group(0).casefold() not in sources for m in READINGS.finditer(line))
     ]
     return TaskRecord(family.name, task.id, style, raw, needed, recalled, extra, unrelated, sorted(leaked), invented)
+
+
+def input_values(family: Family, task: Task) -> set[str]:
+    """Every number in the task's own input files: what its block may show without leaking."""
+    out: set[str] = set()
+    for name in task.files:
+        path = family.data_dir / name
+        if path.is_file():
+            out |= values_in(path.read_text(encoding="utf-8", errors="replace"))
+    return out
 
 
 def _rule_numbers(text: str) -> str:
@@ -341,18 +375,53 @@ def count_experiences(families: Sequence[Family], experiences: Iterable[dict[str
     return out
 
 
+#: How a host opens sessions: `task` — one session per task, tasks hours apart; `family` — one session for all of a
+#: family's tasks, minutes apart (what a host that stays open all day does).
+SESSIONS: tuple[str, ...] = ("task", "family")
+
+
+def session_id(family: Family, task: Task, sessions: str) -> str:
+    """The session a task runs in: its family's, its own, or (a retry) that of the task it retries."""
+    if sessions == "family":
+        return family.name
+    return f"{family.name}-{task.retry_of or task.id}"
+
+
 #: How the scripted agent works: `files` reads the input and writes the answer file itself; `script` writes a
 #: Python script that reads the inputs and writes the answer, then runs it (what a coding agent does: the input
 #: files are named inside the script it wrote, and the answer file only in the run's output).
 SHAPES: tuple[str, ...] = ("files", "script")
 
 
-def _reply(task: Task, answer_value: Any, shape: str = "files") -> tuple[list[dict[str, Any]], str]:
-    """The scripted agent's steps and reply: it writes `answer_value` and says what it found."""
+def attempt_values(family: Family, task: Task) -> list[str]:
+    """Numbers a coding agent copies from the task's input into its script (a small model often types the rows
+    it saw instead of reading the file): the first numbers of three or more digits or with decimals of the
+    task's first input file. Seen in another task's block, they are a leak."""
+    if not task.files:
+        return []
+    path = family.data_dir / task.files[0]
+    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    found: list[str] = []
+    for match in _NUMBER.finditer(text):
+        value = number_key(match.group(0))
+        digits = sum(c.isdigit() for c in value)
+        if (digits >= 3 or "." in value) and value not in found:
+            found.append(value)
+        if len(found) >= 6:
+            break
+    return found
+
+
+def _reply(
+    task: Task, answer_value: Any, shape: str = "files", copied: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], str]:
+    """The scripted agent's steps and reply: it writes `answer_value` and says what it found. In the script
+    shape the script also holds `copied`, values typed in from the input (`attempt_values`)."""
     answer = json.dumps(answer_value, ensure_ascii=False)
     if shape == "script":
         reads = "\n".join(f"rows_{i} = list(csv.DictReader(open({name!r})))" for i, name in enumerate(task.files))
-        script = f"import csv, json\n{reads}\nresult = {{}}\njson.dump(result, open({task.output!r}, 'w'))\n"
+        seen = f"\nseen = [{', '.join(copied)}]" if copied else ""
+        script = f"import csv, json\n{reads}{seen}\nresult = {{}}\njson.dump(result, open({task.output!r}, 'w'))\n"
         calls = [
             {"name": "write_file", "input": {"path": "solve.py", "content": script}, "output": "ok"},
             {"name": "run_python", "input": {"script": "solve.py"}, "output": f"wrote {task.output}"},
@@ -365,14 +434,14 @@ def _reply(task: Task, answer_value: Any, shape: str = "files") -> tuple[list[di
     return calls, f"Done: wrote {task.output} with {answer}."
 
 
-def naive_reply(task: Task, shape: str = "files") -> tuple[list[dict[str, Any]], str]:
+def naive_reply(task: Task, shape: str = "files", copied: Sequence[str] = ()) -> tuple[list[dict[str, Any]], str]:
     """The naive agent: it writes the naive answer."""
-    return _reply(task, task.naive, shape)
+    return _reply(task, task.naive, shape, copied)
 
 
-def expected_reply(task: Task, shape: str = "files") -> tuple[list[dict[str, Any]], str]:
+def expected_reply(task: Task, shape: str = "files", copied: Sequence[str] = ()) -> tuple[list[dict[str, Any]], str]:
     """A learning agent that applied the recalled lessons: it writes the expected answer."""
-    return _reply(task, task.expected, shape)
+    return _reply(task, task.expected, shape, copied)
 
 
 def success_params(task: Task, episode_id: str, trace_ids: list[str]) -> dict[str, Any]:
@@ -398,13 +467,18 @@ def run_service(
     progress: Callable[[str], None] | None = None,
     rpc_timeout_s: float = 180.0,
     keep_log: Path | None = None,
+    sessions: str = "task",
 ) -> RunResult:
     """Every family of `families` in order through one spawned service (module docstring).
 
     With `learner`, the scripted agent passes a task whose needed conventions were all taught earlier and
     all came back in its injection (it writes the expected answer and gets a verified "Correct."), as an
     agent that uses its memory would. Successes crystallise skills, so this measures whether lessons still
-    come back once a family has skills. `shape` is how the scripted agent works (`SHAPES`).
+    come back once a family has skills. `shape` is how the scripted agent works (`SHAPES`). `sessions` is how a
+    host opens sessions (`SESSIONS`): one per task, hours apart, or one per family with its tasks minutes apart
+    (a host that keeps one session open while a user asks one thing after another). A retry (`Task.retry_of`)
+    runs in the session of the task it retries, minutes after it. A passing task (`Task.passes`) gets its
+    answer right and its praise as positive feedback.
     """
     started = time.perf_counter()
     records: list[TaskRecord] = []
@@ -419,11 +493,16 @@ def run_service(
         try:
             client.call("core.health", {}, timeout=rpc_timeout_s)
             ts = 1_700_000_000_000
+            attempts: dict[tuple[str, str], Sequence[str]] = {}
             for family in families:
+                ts += 3 * 3_600_000  # families hours apart
                 for index, task in enumerate(family.tasks):
                     style = style_of(run_style, index)
-                    ts += 3 * 3_600_000  # hours apart: every task is a new episode
-                    session = f"{family.name}-{task.id}"
+                    if sessions == "family" or task.retry_of:
+                        ts += 5 * 60_000  # minutes apart, in one session
+                    else:
+                        ts += 3 * 3_600_000  # hours apart: every task is a new episode
+                    session = session_id(family, task, sessions)
                     sources.append(task.prompt)
                     t0 = time.perf_counter()
                     # A deadline as long as the call's own timeout: this run measures what is recalled, and a
@@ -451,6 +530,7 @@ def run_service(
                         earlier,
                         "\n".join(sources).casefold(),
                         "\n".join(feedback_texts),
+                        attempts,
                     )
                     record.hits = [
                         {k: h.get(k) for k in ("refKind", "refId", "score", "channels")}
@@ -459,12 +539,14 @@ def run_service(
                     record.turn_ms = round(turn_ms, 1)
                     records.append(record)
                     episode = result["query"]["episodeId"]
-                    passes = (
+                    passes = task.passes or (
                         learner
                         and set(task.needs) <= taught.get(family.name, set())
                         and (record.recalled == record.needed)
                     )
-                    calls, reply = expected_reply(task, shape) if passes else naive_reply(task, shape)
+                    copied = attempt_values(family, task) if shape == "script" else []
+                    attempts[(family.name, task.id)] = copied
+                    calls, reply = expected_reply(task, shape, copied) if passes else naive_reply(task, shape, copied)
                     ended = client.call(
                         "turn.end",
                         {
@@ -478,14 +560,16 @@ def run_service(
                         timeout=rpc_timeout_s,
                     )
                     trace_ids = list(ended.get("traceIds") or [])
-                    if passes:
+                    if task.passes:
+                        params = feedback_params(task, style, episode, trace_ids)
+                    elif passes:
                         params = success_params(task, episode, trace_ids)
                     else:
                         params = feedback_params(task, style, episode, trace_ids)
                     params["ts"] = ts + 120_000
                     client.call("feedback.submit", params, timeout=rpc_timeout_s)
                     client.call("memory.flush", {}, timeout=rpc_timeout_s)
-                    if not passes:
+                    if not passes or task.passes:
                         text = task.feedback_text(style)
                         sources.append(text)
                         feedback_texts.append(text)

@@ -213,7 +213,7 @@ def test_the_same_convention_in_another_language_overlaps_a_different_one_does_n
 def test_a_look_alike_rule_of_other_inputs_is_not_the_same_convention() -> None:
     """Same factor and unit, different names: one convention only when learnt on the same inputs."""
     litres = subject_of("The usage column is in litres: divide it by 1000 to get cubic metres.", numbers("1000"))
-    millilitres = subject_of("water 这一列的单位是毫升，不是升，要先除以 1000 再求和。", numbers("1000"))
+    millilitres = subject_of("water 这一列的单位是毫升，不是升，求和之前除以 1000。", numbers("1000"))
     assert not convention_overlap(litres, millilitres, 0.1, same_context=False)
     gross = subject_of("gross_weight is in pounds: multiply by 0.4536.", numbers("0.4536"))
     net = subject_of("net_weight is in pounds too: multiply by 0.4536.", numbers("0.4536"))
@@ -274,8 +274,8 @@ def test_a_request_names_a_subject_by_its_names_not_by_a_word_inside_a_flag() ->
         ("Pad SKU numbers to six digits and map OLD- codes.", 2),  # two commands, two things
         ("Convert amount from cents to dollars and skip the three void invoices.", 2),
         (
-            "Two things about our API: amount is in cents, and void invoices were cancelled, so they don't belong "
-            "in the total.",
+            "Two things about our API: amount is in cents, and void invoices were cancelled, so they don't count "
+            "towards the total.",
             2,  # "they" follows the part's own subject
         ),
         (

@@ -104,11 +104,11 @@ def _task(**params: object) -> Task:
 
 def test_grade_without_variants_still_says_what_is_wrong() -> None:
     expected = {"rows": [{"cusip": "A", "value": 1}, {"cusip": "B", "value": 2}], "total": 3, "name": "x"}
-    actual = {"rows": [{"cusip": "B", "value": 2}, {"cusip": "A", "value": 1}], "total": 3000, "name": "y"}
+    actual = {"rows": [{"cusip": "B", "value": 2}, {"cusip": "A", "value": 1}], "total": 300, "name": "y"}
     result = grade(_task(), expected, actual, pitfalls={})
     assert result.failing == ("rows", "total", "name") and result.passed_checks == 1 and result.total == 4
     assert "`rows` has the right rows in the wrong order." in result.message
-    assert "`total` is off by a factor of 1000" in result.message
+    assert "`total` is off by a factor of 100 (expected 3)" in result.message
     assert '`name` should be "x", got "y".' in result.message
     renamed = grade(_task(), {"rows": [{"issuer": "A"}]}, {"rows": [{"nameOfIssuer": "A"}]}, pitfalls={})
     assert "`rows` rows have the fields nameOfIssuer; the task asks for issuer." in renamed.message

@@ -517,7 +517,7 @@ def recall_terms(subject: Subject, episode: EpisodeFacts, verifier: VerifierView
     """The terms a request must name for the lesson to be recalled without a close match in meaning: its names and
     the files it was learnt on; a unit alone only when the lesson names nothing else ("cents" or "kg" are words of
     every company's exports, so they do not say which subject a lesson is about); and the company the task named
-    ("Wrenfield Telecom"): a house convention holds for every file of that house."""
+    ("Ossory Linen"): a house convention holds for every file of that house."""
     written = {name.casefold() for name in episode.written}
     names = [name for name in subject.identifiers if name.casefold() not in written]
     terms = [*names, *input_files(episode, verifier)] or [u.surface or u.canonical for u in subject.units]
@@ -671,7 +671,7 @@ _VALUE_TOKEN: Final = re.compile(r"\d[\d.,]*\d|[A-Za-z][\w-]*[\d_-][\w-]*")
 
 def _instance_values(draft: ExperienceDraft) -> set[str]:
     """The values the instance filter took out of the feedback (`draft.instance`) that the lesson itself does not
-    name: a rewording that puts one back ("use rd_8844", "it should be 13.29025") restates this attempt's answer,
+    name: a rewording that puts one back ("use zk_3172", "it should be 58.61407") restates this attempt's answer,
     whichever side of the verdict it came from."""
     lesson = " ".join(draft.lesson).casefold()
     found = {m.group(0).casefold() for phrase in draft.instance for m in _VALUE_TOKEN.finditer(phrase)}

@@ -234,7 +234,7 @@ def same_convention(draft: ExperienceDraft, row: Any, cosine: float) -> bool:
     if draft.subject.terms() or stored.terms():
         return convention_overlap(draft.subject, stored, words, same_context or not theirs)
     if same_context and (cosine >= SAME_INPUT_SIMILARITY or words >= SAME_INPUT_WORDS):
-        return True  # "These feeds use a comma as the decimal point" / "Remember the decimal comma in these feeds"
+        return True  # "These sheets write dates day-first" / "Remember the day comes first in these sheets"
     return cosine >= NO_SUBJECT_SIMILARITY and words >= NO_SUBJECT_WORDS
 
 
