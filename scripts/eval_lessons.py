@@ -127,6 +127,32 @@ def report(
     return summary
 
 
+class _Tracer:
+    """Prints, after each task, the feedback it drew, what its block carried and every experience that is new or
+    changed since the task before (`--trace`)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[Any, ...]] = {}
+
+    def __call__(self, client: Any, family: Family, task: Any, record: Any) -> None:
+        print(f"\n=== {family.name}/{task.id} [{record.style}] recalled {record.recalled} of {record.needed}")
+        if record.unrelated or record.leaked:
+            print(f"   unrelated {record.unrelated} leaked {record.leaked}")
+        print("   block: " + (record.injected.replace("\n", "\n          ") if record.injected else "(empty)"))
+        print(f"   feedback: {task.feedback_text(record.style)!r}")
+        policies = client.call("memory.list_policies", {"limit": 500})["policies"]
+        for policy in policies:
+            if policy.get("inducedBy") != "feedback.experience":
+                continue
+            key = (policy.get("support"), policy.get("title"), policy.get("procedure"))
+            if self.seen.get(policy["id"]) == key:
+                continue
+            mark = "+" if policy["id"] not in self.seen else "~"
+            self.seen[policy["id"]] = key
+            body = str(policy.get("procedure") or "").replace("\n", " | ")
+            print(f"   {mark} {policy['id'][-6:]} s={policy.get('support')} {policy.get('experienceType')}: {body}")
+
+
 def _measures(result: RunResult) -> Measures:
     m = Measures()
     for rec in result.records:
@@ -168,6 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="task",
         help="task: a session per task, hours apart; family: one session per family, tasks minutes apart",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="after each task print its feedback and the experiences it created or changed (dev families only)",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
@@ -181,8 +212,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for style in args.style or RUN_STYLES:
             print(f"[{split}] {style}: {len(families)} families …", file=sys.stderr, flush=True)
             log = args.service_logs / f"{split}-{style}.log" if args.service_logs else None
+            if args.trace and split != "dev":
+                raise SystemExit("--trace reads failures line by line: dev families only")
             result = run_service(
-                families, style, learner=args.learner, shape=args.shape, env=env, keep_log=log, sessions=args.sessions
+                families,
+                style,
+                learner=args.learner,
+                shape=args.shape,
+                env=env,
+                keep_log=log,
+                sessions=args.sessions,
+                after_task=_Tracer() if args.trace else None,
             )
             results.append(result)
             if args.show:

@@ -468,6 +468,7 @@ def run_service(
     rpc_timeout_s: float = 180.0,
     keep_log: Path | None = None,
     sessions: str = "task",
+    after_task: Callable[[ServiceClient, Family, Task, TaskRecord], None] | None = None,
 ) -> RunResult:
     """Every family of `families` in order through one spawned service (module docstring).
 
@@ -575,6 +576,8 @@ def run_service(
                         feedback_texts.append(text)
                     taught.setdefault(family.name, set()).update(task.needs)
                     earlier.append((family, task))
+                    if after_task is not None:  # a debugging view (eval_lessons.py --trace): what this task taught
+                        after_task(client, family, task, record)
                     if progress:
                         progress(
                             f"{family.name}/{task.id} {style}: {len(record.recalled)}/{len(record.needed)} recalled"
