@@ -7,7 +7,8 @@ episode is open is labelled against that episode (reference §6.1):
 
 * `append` — the same task simply continues ("continue", "ok go ahead", "thanks", or no signal at all).
 * `revision` — the user rejects or corrects the previous answer ("不对", "错了", "wrong", "that's not
-  right", "no, use X instead"). A revision is also a *correction*: `is_correction` is set and, when the user
+  right", "no, use X instead"), or asks for the same task again ("redo it", "try again",
+  "再算一次"). A revision is also a *correction*: `is_correction` is set and, when the user
   says what to do instead ("use polars instead of pandas", "应该用 pandas 读取"), `correction_text` carries
   that instruction for the decision-repair stage.
 * `follow_up` — a short pronoun/ellipsis question or a continuation ("and the other one?", "那它呢",
@@ -25,11 +26,14 @@ Order of the checks, and why:
    episode, which is the router's business, not this classifier's.)
 3. Explicit new-task cues, then revisions/corrections, then continuation/follow-up cues. Start-anchored
    cues are read after stripping a leading filler ("ok, …", "好的，…", "hmm, …").
-4. Topic shift by similarity, only when no cue said "continue". The caller supplies a cosine similarity
+4. A judged episode (a `feedback.submit` verdict after its last user turn) is finished: a turn with no
+   continuation, follow-up or correction cue starts the next task. Similar wording does not keep it: a host
+   session often runs several tasks on the same data, and merging them blames one task for another's verdict.
+5. Topic shift by similarity, only when no cue said "continue". The caller supplies a cosine similarity
    between the new text and the episode (this module never embeds); the packaged MiniLM is English-only,
    so for CJK-dominant texts its cosine is noise (unrelated Chinese pairs score 0.3–0.45) and the lexical
    overlap of content words and CJK bigrams is used instead.
-5. Otherwise `append` with a low confidence.
+6. Otherwise `append` with a low confidence.
 
 False-positive guards matter more than recall, because without an LLM the heuristic answer is final and a
 wrong split costs a task its credit: negations count only at the start of the message ("这不是问题" and
@@ -99,6 +103,7 @@ CONF_QUOTE: Final = 0.75
 CONF_SHIFT_SIMILARITY: Final = 0.7
 CONF_SHIFT_LEXICAL: Final = 0.6
 CONF_SAME_TOPIC: Final = 0.7
+CONF_JUDGED: Final = 0.9
 CONF_DEFAULT: Final = 0.5
 CONF_LLM_LOW_NEW_TASK: Final = 0.55
 #: Added to a topic-shift confidence when the soft gap was also exceeded.
@@ -136,6 +141,8 @@ class EpisodeContext:
     user_turns: int = 0
     ms_since_last_activity: int | None = None
     similarity: float | None = None
+    #: A verdict (`feedback.submit`) judged the episode after its last user turn: the task it served is done.
+    judged: bool = False
 
 
 @dataclass(frozen=True)
@@ -341,6 +348,12 @@ _CONTINUE_EN = re.compile(
     r"^(?:continue|go\s+on|keep\s+going|carry\s+on|proceed|go\s+ahead|do\s+it|resume|please\s+continue"
     r"|yes,?\s+(?:please|do\s+it|go\s+ahead|continue)|sounds\s+good,?\s+(?:go|do|continue|proceed))\b"
 )
+#: Asking the same task again ("redo it", "try again", "please redo the total", "再算一次", "重新来"): the task goes on.
+_RETRY_EN = re.compile(
+    r"^(?:please\s+)?(?:re-?do|retry|try\s+(?:it\s+|that\s+)?again|do\s+(?:it|that)\s+again|again|one\s+more\s+(?:time|try)|"
+    r"re-?run|recompute|recalculate|redo)\b"
+)
+_RETRY_ZH = re.compile(r"^(?:请|麻烦)?(?:重新(?:算|做|来|试|跑|计算)?|再(?:算|做|试|跑)(?:一次|一遍|一下)?)")
 _CONTINUE_ZH = re.compile(
     r"^(?:继续|接着(?:做|来|写|干)?$|请继续|开始吧|就这样(?:做|吧)?|照这个|按这个|按(?:你|您)说的)"
 )
@@ -534,6 +547,8 @@ def _cue_decision(original: str, norm: str, head: str, context: EpisodeContext) 
         )
     if _CONTINUE_EN.match(head) or _CONTINUE_ZH.match(head):
         return _decision("append", CONF_CONTINUE, "continue_cue")
+    if _RETRY_EN.match(head) or _RETRY_ZH.match(head):
+        return _decision("revision", CONF_CONTINUE, "retry_cue")
     if len(head) <= SHORT_FOLLOW_UP_CHARS * 2 and _ACK_ONLY.match(head):
         return _decision("append", CONF_ACK, "acknowledgement")
     short = len(head) <= SHORT_FOLLOW_UP_CHARS
@@ -616,6 +631,10 @@ def classify_relation(
     cue = _cue_decision(new_text, norm, head, context)
     if cue is not None:
         return cue
+    if context.judged:
+        # The verdict closed the task; a request with no cue that continues or corrects it is the next task,
+        # however alike its topic (one host session may serve many tasks on the same data).
+        return _decision("new_task", CONF_JUDGED, "judged_episode", source="rule")
     shift = _similarity_decision(
         new_text, context, low_similarity=low_similarity, high_similarity=high_similarity, soft_gap_ms=soft_gap_ms
     )

@@ -192,6 +192,7 @@ def episode_context_sync(db: Session, episode: EpisodeRow, turn_ts: int) -> Epis
         last_assistant_text=row.last_reply_text or "",
         user_turns=episode.turn_count,
         ms_since_last_activity=max(turn_ts - last_ts, 0),
+        judged=row.last_verdict_ts is not None and row.last_verdict_ts >= last_turn,
     )
 
 

@@ -369,7 +369,9 @@ class TurnService:
 
     async def _repairs_for(self, begun: _BegunTurn, params: dto.TurnInputDTO) -> list[dto.RepairDTO]:
         """A correction in this turn becomes a repair now (template: this is the hot path; the LLM rewords
-        it in the background), and every fresh repair of the session is injected into this turn."""
+        it in the background), and the session's fresh repairs that serve this turn's task are injected
+        (`RepairService.active_guidance`: tool failures of the session, corrections of this task or of the task
+        it asks again)."""
         if self.repairs is None or self._settings.lightweight:
             return []
         relation = begun.relation
@@ -380,7 +382,9 @@ class TurnService:
             if made is not None and self._llm.available(begun.episode_id):
                 repairs = self.repairs
                 await self._background.submit("repair.refine", lambda: repairs.refine(made.id, params.user_text))
-        return await self.repairs.active_guidance(begun.session_id, self.repairs.ctx.clock())
+        return await self.repairs.active_guidance(
+            begun.session_id, self.repairs.ctx.clock(), begun.episode_id, params.user_text
+        )
 
     # ------------------------------------------------------------ turn.end
 

@@ -19,7 +19,7 @@ import re
 from typing import Final
 
 from memos_bridge.rules.subjects import number_key, numbers
-from memos_bridge.rules.tokens import content_tokens
+from memos_bridge.rules.tokens import content_tokens, normalised_key
 
 _WORD: Final = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 #: Negation words (English, German, French, Spanish, Italian, Portuguese, Dutch) and contractions.
@@ -54,3 +54,31 @@ def same_statement(a: str, b: str) -> bool:
     if _negated(a) != _negated(b):
         return False
     return _same_order(content_tokens(a), content_tokens(b))
+
+
+#: Share of the shorter request's content words the longer one must hold to be the same request again.
+SAME_REQUEST_COVERAGE: Final = 0.8
+#: Words a user opens a retry with ("Please redo: …", "Try again —", "再算一次："); they are not the request.
+_RETRY_LEAD: Final = re.compile(
+    r"^\W*(?:(?:please|pls|ok|okay|so|now|then)\W+)*(?:re-?do|redo|retry|repeat|try(?:\s+it)?\s+again|again|"
+    r"one\s+more\s+(?:time|try)|(?:re-?run|recompute|recalculate))\b[^:：—-]{0,60}?[:：—-]+\s*|"
+    r"^\W*(?:请|麻烦)?(?:重新|再)(?:算|做|来|试|跑)?(?:一次|一遍|下)?[:：，,]\s*",
+    re.IGNORECASE,
+)
+
+
+def same_request(a: str, b: str) -> bool:
+    """Whether two user requests ask for the same thing: a retry of a task, verbatim or reworded a little
+    ("Please redo: <request>"). The shorter one's content words are nearly all in the longer one and both name
+    the same numbers; a retry lead-in is not part of the request. Requests about the same data that ask for
+    something else share their nouns but not their numbers or the rest of their words."""
+    a, b = _RETRY_LEAD.sub("", a.strip()), _RETRY_LEAD.sub("", b.strip())
+    if normalised_key(a) == normalised_key(b):
+        return bool(normalised_key(a))
+    left, right = set(content_tokens(a)), set(content_tokens(b))
+    if not left or not right:
+        return False
+    if {number_key(n.value) for n in numbers(a)} != {number_key(n.value) for n in numbers(b)}:
+        return False
+    shorter, longer = (left, right) if len(left) <= len(right) else (right, left)
+    return len(shorter & longer) / len(shorter) >= SAME_REQUEST_COVERAGE and len(shorter) >= 3

@@ -400,3 +400,20 @@ def test_classifier_never_raises_on_odd_input() -> None:
     for text in ["\x00\x01", "🙂" * 500, "a" * 100_000, "(((", "\\", "不对" * 3000]:
         decision = classify_relation(text, EN)
         assert decision.relation in {"append", "revision", "follow_up", "new_task"}
+
+
+def test_a_judged_episode_ends_its_task_unless_the_turn_continues_or_corrects_it() -> None:
+    judged = replace(EN, judged=True)
+    # the next request of a long session, on the same kind of data: a new task once a verdict closed this one
+    nxt = classify_relation("Now total the value per issuer for the March filing instead of February", judged)
+    assert nxt.relation == "new_task" and nxt.reason == "judged_episode" and nxt.source == "rule"
+    assert nxt.confidence >= STRONG_HEURISTIC_CONFIDENCE
+    # unjudged, the same words continue the task
+    assert (
+        classify_relation("Now total the value per issuer for the March filing instead of February", EN).relation
+        != "new_task"
+    )
+    # a correction or a retry after the verdict stays in the task
+    assert classify_relation("不对，应该用 polars 读取", replace(ZH, judged=True)).relation == "revision"
+    for text in ("Please redo the total per issuer", "try again", "再算一次"):
+        assert classify_relation(text, judged).relation == "revision", text

@@ -167,3 +167,59 @@ async def test_feedback_submit_drains_the_queue(core_factory: Any) -> None:
     assert core.learning.queue.pending == [] and core.learning.queue.running == []
     scored = await core.db.read(lambda db: db.get(EpisodeRow, waiting))
     assert scored is not None and scored.meta_json["reward"]["status"] == "done"
+
+
+async def _judged(core: MemoryCore, session: str, text: str, ts: int, rationale: str) -> str:
+    """A task in `session`, answered with code that types in its data, then rejected with `rationale`."""
+    first = await start(core, session, text, ts)
+    episode = first.query.episode_id
+    assert episode is not None
+    code = "rows = [412.5, 980.25, 77.75]\nprint(sum(rows))"
+    calls = [{"name": "python", "input": {"code": code}, "output": "1470.5"}]
+    await end(core, session, episode, ts + 1_000, agentText="The total is 1470.5.", toolCalls=calls)
+    params = {"episodeId": episode, "polarity": "negative", "magnitude": 1.0, "rationale": rationale, "ts": ts + 2_000}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    return episode
+
+
+async def test_a_correction_serves_its_task_and_its_retry_not_the_sessions_next_task(core_factory: Any) -> None:
+    """One host session, one task after another: the correction of the first (with the rejected attempt's code
+    and values) reaches a retry of that task, never the next task of the session."""
+    core = await core_factory()
+    request = "What is the total pallet weight in the depot ledger?"
+    first = await _judged(core, "se_long", request, 1_000, "Wrong: it should be 1320.5, use the net column instead.")
+    other = await start(core, "se_long", "How many pallets went to the north depot last week?", 10_000)
+    assert other.query.episode_id != first  # the verdict closed the first task
+    assert "1320.5" not in other.injected_context and "412.5" not in other.injected_context
+    assert "Avoid: repeating" not in other.injected_context
+    verdict = {"episodeId": other.query.episode_id, "polarity": "positive", "magnitude": 1.0, "ts": 11_000}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(verdict))
+    retry = await start(core, "se_long", request, 20_000)  # asked again, verbatim, in a new episode
+    assert retry.query.episode_id not in (first, other.query.episode_id)
+    assert "net column" in retry.injected_context
+
+
+async def test_a_tool_failure_repair_still_serves_the_next_task_of_the_session(core_factory: Any) -> None:
+    core = await core_factory()
+    first = await start(core, "se_tools", "Install the project's dependencies and run the test suite", 1_000)
+    episode = first.query.episode_id
+    assert episode is not None
+    for i in range(3):
+        outcome = await core.tool_outcome(
+            dto.ToolOutcomeParams.model_validate(
+                {
+                    "sessionId": "se_tools",
+                    "episodeId": episode,
+                    "tool": "pip_install",
+                    "success": False,
+                    "error": "BUILD_FAILED",
+                    "ts": 2_000 + i,
+                }
+            )
+        )
+    assert outcome.repair is not None
+    params = {"episodeId": episode, "polarity": "negative", "magnitude": 1.0, "rationale": "Failed.", "ts": 3_000}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    nxt = await start(core, "se_tools", "Build the documentation site and publish it", 4_000)
+    assert nxt.query.episode_id != episode
+    assert "pip_install" in nxt.injected_context

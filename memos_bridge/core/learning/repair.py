@@ -70,6 +70,7 @@ from memos_bridge.core.relation import extract_correction
 from memos_bridge.ids import new_id
 from memos_bridge.llm.prompts import DECISION_REPAIR, RepairOutput
 from memos_bridge.rules.instance import InstanceContext
+from memos_bridge.rules.sameness import same_request
 from memos_bridge.rules.text import clip, squash
 from memos_bridge.storage import repos
 from memos_bridge.storage.models import DecisionRepairRow, PolicyRow, TraceRow
@@ -240,12 +241,14 @@ def _attach(
 ) -> list[str]:
     """Add the repair's lines to the live policies whose source episodes overlap `episodes` (or to `only`).
 
-    A user's correction (`rejected_texts` given: the answer it rejects) is attached without that answer's
-    values and verdicts, since policies are recalled for other tasks. A tool-failure repair is attached as
+    A user's correction (`rejected_texts` given: the answer it rejects) attaches its instruction only, without
+    that answer's values and verdicts, since policies are recalled for other tasks: its "Avoid: repeating …"
+    line names the rejected attempt itself. A tool-failure repair is attached as
     worded: its numbers (a row count, a port in the error) describe the tool, not one task's answer."""
     if rejected_texts is not None:
         context = InstanceContext.build(answer_texts=rejected_texts)
-        wording = for_policies(wording, context)
+        # what the user rejected is the attempt of this task; what travels with a policy is the instruction
+        wording = for_policies(Wording(wording.preference, "", wording.severity, wording.confidence), context)
         if remove is not None:
             removed = for_policies(Wording(remove[0], remove[1], "info", 0.0), context)
             remove = (removed.preference, removed.anti_pattern)
@@ -437,8 +440,15 @@ class RepairService:
         owner: OwnerFilter,
         correction_text: str | None,
         user_text: str,
+        *,
+        attach: bool = True,
     ) -> dto.RepairDTO | None:
         """A repair from a user's correction, made at once with the template (the caller is `turn.start`).
+
+        With `attach`, the user's instruction is also added to the decision guidance of the policies learnt on
+        the same episode (without the rejected attempt's values): a correction said in chat has no other way to
+        outlive its task. A correction sent through `feedback.submit` does not attach: the experience stage
+        learns its lesson from the same words through the instance filter.
 
         `correction_text` is the instruction the relation classifier extracted; when it is missing the user
         text is searched again. A bare rejection without an instruction ("不对", "wrong") teaches no
@@ -475,7 +485,7 @@ class RepairService:
                 wording=wording,
                 high_ids=[],
                 low_ids=[t.id for t in rejected],
-                evidence_episodes={episode_id} if episode_id else set(),
+                evidence_episodes={episode_id} if episode_id and attach else set(),
                 rejected_texts=tuple(f"{t.summary}\n{t.action}" for t in rejected),
             )
             return _persist(db, draft, now)
@@ -503,7 +513,7 @@ class RepairService:
         if episode is None:
             return None
         owner = OwnerFilter(episode.owner_agent_kind, episode.owner_profile_id, episode.owner_workspace_id)
-        return await self.from_correction(episode.session_id, episode.id, owner, instruction, text)
+        return await self.from_correction(episode.session_id, episode.id, owner, instruction, text, attach=False)
 
     async def refine(self, repair_id: str, user_text: str | None = None) -> dto.RepairDTO | None:
         """Reword a stored repair with the LLM (for the caller to run in the background after
@@ -567,9 +577,17 @@ class RepairService:
 
     # ------------------------------------------------------------------------------ injection
 
-    async def active_guidance(self, session_id: str, now: int) -> list[dto.RepairDTO]:
+    async def active_guidance(
+        self, session_id: str, now: int, episode_id: str | None = None, request: str | None = None
+    ) -> list[dto.RepairDTO]:
         """The session's repairs younger than `guidance_ttl_ms`, newest first, without repeated wording, at
-        most `MAX_ACTIVE_GUIDANCE`: what the next `turn.start` injects."""
+        most `MAX_ACTIVE_GUIDANCE`: what the next `turn.start` injects.
+
+        A tool-failure repair serves the whole session: the next call of that tool is likely anywhere in it. A
+        user's correction serves the task it corrected only: the turns of its episode, or (`episode_id` and
+        `request` given) a later episode that asks the same thing again (`same_request`, a retry). Its lines
+        quote the rejected attempt ("should be 4,210", "Avoid: repeating run(code=…)"), which is what a retry
+        needs and what misleads any other task of a long session."""
         ttl = self.settings.guidance_ttl_ms
         if ttl <= 0:
             return []
@@ -588,6 +606,13 @@ class RepairService:
             return list(db.scalars(stmt))
 
         rows = await self.ctx.db.read(work)
+        scoped = episode_id is not None or request is not None
+        corrected = {r.episode_id for r in rows if r.source == "user_correction" and r.episode_id != episode_id}
+        if scoped and corrected:
+            asked = await self.ctx.db.read(lambda db: repos.first_user_texts(db, [e for e in corrected if e]))
+            retried = {e for e, text in asked.items() if request and same_request(request, text)}
+        else:
+            retried = set()
         if len(self._guidance_known) > SESSION_CACHE_LIMIT:
             self._guidance_known.clear()
             self._newest_repair.clear()
@@ -598,6 +623,9 @@ class RepairService:
         for row in rows:
             if row.ts > now:
                 continue  # a clock step backwards must not surface "future" repairs twice
+            other_task = row.source == "user_correction" and row.episode_id not in {episode_id, *retried}
+            if scoped and other_task:
+                continue  # another task's correction
             if any(
                 same_text(r.preference, row.preference) and same_text(r.anti_pattern, row.anti_pattern) for r in fresh
             ):
