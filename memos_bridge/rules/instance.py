@@ -10,7 +10,8 @@ How a number is judged, in this order (general rules of sentence structure, no l
 
 1. **protected** when an operator or a naming word stands right before it ("by", "×", "/", "per", "port",
    "version", "UTC", "乘以", "除以", "保留" …) or a precision word right after it ("2 decimals", "3 位"): it is a
-   parameter of a rule;
+   parameter of a rule; or when the sentence defines it as a marker ("65535 means offline", "= 99, the no-data
+   filler", "the sentinel 999", "表示缺失"): a sentinel is the convention itself, whatever its digits;
 2. **instance** when it equals a value of this attempt — one of the verifier's expected/actual values, or a
    number of the agent's own answer — at the precision it is written with (numbers of three or more digits, or
    with decimals: a small integer matches too much by chance);
@@ -48,6 +49,28 @@ _PROTECT_BEFORE: Final = re.compile(
     r"default|fixed|flat|nominal|usual|normal|regular|minimum|maximum|threshold|cut-?off|limit\s+of|cap\s+of|"
     r"http|status|code|error|exit|errno|signal|id|no\.|number|#|item_code|[a-z]+_(?:code|id|no))"
     r"|[×x*/÷^]|\bv|乘以|乘|除以|除|每|端口|版本|保留|前|后|偏移|加|减|时区|utc|gmt)\s*[-+−]?\s*[$€£¥]?$",
+    re.IGNORECASE,
+)
+#: What a number is defined as, right after it: a value that stands for something ("65535 means offline", "= 99,
+#: the no-data filler", "表示缺失"). Such a number is the convention itself (a sentinel, a marker code), not a result,
+#: however arbitrary its digits look.
+_DEFINED_AS: Final = re.compile(
+    r"^\s*[`'\"”)]?\s*(?:[,(:—–-]\s*)?(?:(?:which|that)\s+)?(?:is|are|was|were|=|means?|meaning|stands?\s+for|"
+    r"indicates?|marks?|signals?|denotes?|represents?|flags?|says?)?\s*(?:just\s+|only\s+|really\s+)?"
+    r"(?:the|a|an|our|its|their|this|that)?\s*(?:[\w']+[\s-]+){0,4}?(?:placeholders?|sentinels?|fillers?|dummy|dummies|"
+    r"markers?|flags?|(?:fault|error|status|null|special)\s+(?:codes?|values?)|no[- ]?(?:start[- ])?read(?:ing)?s?\b|"
+    r"missing|unknown|not\s+(?:recorded|read|weighed|measured|available|set|known|a\s+real)|offline|"
+    r"no\s+(?:reading|data|value|measurement)s?)"
+    r"|^\s*(?:[,，(（:：—–-]\s*)?(?:是|表示|代表|意思是|为|就是|指|即)?[^，。,.;；]{0,10}?(?:占位|缺失|故障|错误码|无效|没有读数|"
+    r"没读到|未读到|未记录|没有记录|空值|哨兵|离线|特殊值|没称|未称)",
+    re.IGNORECASE,
+)
+#: What a number is defined as, right before it: a marker named by its kind ("the placeholder 35999", "sentinel
+#: value 999", "coded 00", "占位值 65535").
+_DEFINED_BEFORE: Final = re.compile(
+    r"(?:\b(?:placeholder|sentinel|filler|dummy|marker|flag|fault\s+code|error\s+code|status\s+code|null\s+value|"
+    r"special\s+value|coded|code)(?:\s+value)?(?:\s+(?:but|except|other\s+than|besides|apart\s+from|not))?|"
+    r"占位值?|哨兵值?|特殊值|故障码|错误码)\s*(?:of|is|=|:|：)?\s*[`'\"“]?$",
     re.IGNORECASE,
 )
 #: A plural noun and "of" before a small number: a group size ("boxes of 12", "packs of 6").
@@ -296,6 +319,8 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     after = sentence[number.end : number.end + 24]
     if _PROTECT_BEFORE.search(before) or _PROTECT_AFTER.match(after) or _RANGE_AFTER.match(after):
         return "protected"
+    if _DEFINED_AS.match(sentence[number.end : number.end + 60]) or _DEFINED_BEFORE.search(before):
+        return "protected"  # a sentinel or a marker code: the value the convention is about
     if _EXAMPLE_BEFORE.search(before) and _FORMATTED.match(sentence[number.start :]):
         return "protected"  # "like 5:10", "e.g. 08/01/2024": a value shown to illustrate a format
     if _RANGE_BEFORE.search(before):
@@ -481,8 +506,13 @@ def strip_instance(sentence: str, context: InstanceContext) -> Filtered:
             continue
         label_before = previous_label
         previous_label = bool(_ANSWER_LABEL.fullmatch(clause.strip()))
-        if separator.strip() in _VALUE_SEPARATORS and (
-            _SINGLE_VALUE.fullmatch(clause.strip(" .;。")) or label_before or _near_answer(clause, context)
+        defined = any(
+            role == "protected" and clause_start <= n.start < clause_end for n, role in zip(found, roles, strict=True)
+        )
+        if (
+            separator.strip() in _VALUE_SEPARATORS
+            and not defined  # "net_x = 999, the no-data filler": the value the rule is about
+            and (_SINGLE_VALUE.fullmatch(clause.strip(" .;。")) or label_before or _near_answer(clause, context))
         ):
             # "…(year from September): AY23-T2", "expected: tw --workspace … run x", ": tw run x --flag": the value
             # after a colon that is this attempt's answer (or a corrected copy of it)

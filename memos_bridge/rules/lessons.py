@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from memos_bridge.rules.instance import InstanceContext, has_content, strip_instance
+from memos_bridge.rules.kinds import kinds_differ, kinds_meet, rule_kinds
 from memos_bridge.rules.subjects import Number, Subject, identifiers, number_key, numbers, subject_of, units
 from memos_bridge.rules.text import CJK_CHARS, clip, squash
 from memos_bridge.rules.tokens import STOPWORDS, content_tokens
@@ -212,6 +213,36 @@ def sentences(text: str) -> list[str]:
     if pending and squash(pending).strip(" .;:!?。；：！？-—"):
         out.append(squash(pending))
     return out
+
+
+#: What a person puts before a lesson that is not the lesson: an interjection or a verdict word ("Close, but",
+#: "Almost there though:", "Hmm —"), a counted lead-in ("One problem though:", "Two things:", "有个问题："), a
+#: reminder of earlier feedback ("Same issue as before —"), an ordinal ("Second,", "第二，").
+_WRAPPER: Final = re.compile(
+    r"^\W*(?:(?:close|almost|nearly|not\s+quite|so\s+close|good|great|nice|thanks|thank\s+you|ok(?:ay)?|hmm+|right|"
+    r"yes|no|nope|sorry|well|oh|ah|alright|careful|whoa|wait|also|plus|and|but|however|though|still|btw|"
+    r"by\s+the\s+way|note|hint|tip|fyi|ps|reminder|heads\s+up)(?:\s+there)?(?:\s+though)?(?:\s*,\s*but)?"
+    r"\s*[,!.:：—–-]+\s*|(?:(?:one|a|another|two|three|several|a\s+couple\s+of|my\s+only|only\s+one|the\s+only)\s+)?"
+    r"(?:(?:small|minor|tiny|little|last|other|more|big|real)\s+)?(?:problem|issue|thing|catch|note|nit|point|detail|"
+    r"correction|fix|mistake|gotcha)s?(?:\s+(?:though|however|here|left|remains))?\s*[:：,—–-]+\s*|"
+    r"same\s+(?:problem|thing|issue|mistake|story)\s+as\s+(?:before|last\s+time|earlier)\s*[,:：—–-]+\s*|"
+    r"(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|finally|lastly|also|and\s+also)\s*[,:]\s+)+|"
+    r"^(?:(?:不过|但是|但|另外|还有|而且|首先|其次|第[一二三四]|最后|注意|提醒一下|有(?:个|一个|两个|几个)问题|"
+    r"[两几一]个问题|问题是|还是|又|对了)[，,：:、]?\s*)+",
+    re.IGNORECASE,
+)
+#: A conjunction left at the head once the wrapper is gone ("…, but the export is in UTC").
+_HEAD_CONJUNCTION: Final = re.compile(r"^(?:but|however|though|and|also|plus|so)\b,?\s+(?=\S)", re.IGNORECASE)
+
+
+def unwrap(text: str) -> str:
+    """A lesson line without the words a person put before it (`_WRAPPER`): "Close, but the export is in UTC." is
+    "The export is in UTC." A line that is nothing but a wrapper stays as it is."""
+    stripped = _WRAPPER.sub("", text, count=1).strip()
+    stripped = _HEAD_CONJUNCTION.sub("", stripped, count=1).strip()
+    if not stripped or len(stripped) < 3 or stripped == text.strip():
+        return text.strip()
+    return stripped[:1].upper() + stripped[1:] if stripped[:1].islower() and text.strip()[:1].isupper() else stripped
 
 
 def specific_tokens(text: str) -> list[str]:
@@ -454,7 +485,7 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
         # holds or what to do on its own ("So the refused returns" is not)
         role = "instance"
     kept = role not in ("instance", "complaint", "other") and not (role == "praise" and filtered.cut)
-    lesson = clip(filtered.text, LINE_CHARS) if kept else ""
+    lesson = clip(unwrap(filtered.text), LINE_CHARS) if kept else ""
     parts = [p for p in _REMEDY_SPLIT.split(lesson) if p.strip()] if lesson else []
     return LessonLine(
         text=lesson,
@@ -511,8 +542,14 @@ def _continues(line: LessonLine, group: list[LessonLine]) -> bool:
         theirs = theirs.union(other.subject)
     if mine.names & theirs.names or set(mine.numbers) & set(theirs.numbers):
         return True
-    if mine.dimensions & theirs.dimensions and not (mine.names and theirs.names):
+    two_targets = bool(mine.names and theirs.names)
+    if mine.dimensions & theirs.dimensions and not two_targets:
         return True
+    mine_kinds, theirs_kinds = rule_kinds(line.text), rule_kinds(" ".join(other.text for other in group))
+    if kinds_meet(mine_kinds, theirs_kinds) and not two_targets and not parameters_conflict(mine, theirs):
+        return True  # the same kind of rule, one side naming no field of its own: "X is UTC." "Add two hours."
+    if kinds_differ(mine_kinds, theirs_kinds):
+        return False  # another kind of rule ("… in cents." "Voided rows don't count."): another convention
     return not _own_subject(line)
 
 
@@ -587,6 +624,10 @@ def _imperative_parts(part: str) -> list[str]:
     return out
 
 
+#: A field named as a label at the head of a terse part ("pressure: tenths").
+_LABEL_HEAD: Final = re.compile(r"^\s*([A-Za-z][\w.-]{1,30})\s*[:：]\s*\S")
+
+
 def split_conventions(line: LessonLine) -> list[LessonLine]:
     """A sentence that teaches two conventions, each with a subject of its own that the other does not share
     ("the five files under archive/ don't count, and size is in KiB"), as two lines; any other sentence as it is.
@@ -596,15 +637,28 @@ def split_conventions(line: LessonLine) -> list[LessonLine]:
         return [line]
     wanted = set(line.subject.numbers)
     subjects = [subject_of(part, [n for n in numbers(part) if number_key(n.value) in wanted]) for part in parts]
+    # a terse note's parts each open on the field they are about ("flow: litres, /1000; pressure: tenths, /10")
+    labels = [_LABEL_HEAD.match(part) for part in parts]
+    if all(labels) and len({m.group(1).casefold() for m in labels if m}) == len(parts):
+        subjects = [
+            replace(s, identifiers=(*s.identifiers, m.group(1))) for s, m in zip(subjects, labels, strict=True) if m
+        ]
     owned = [bool(s.identifiers or s.units) for s in subjects]
     topics = [_topic_words(part) for part in parts]
     # each part a statement of its own (a verb, or a relation such as "comma = decimal", and content) ...
     statements = [
         (has_verb(part) or "=" in part or owned[i]) and len(specific_tokens(part)) >= 2 for i, part in enumerate(parts)
     ]
-    # ... about things the others do not name: no shared name, dimension or topic word
+    # ... about things the others do not name: no shared name, dimension or topic word, and not one kind of rule
+    # stated twice with a field named on one side only ("the clock runs on UTC; add two hours for local time")
+    kinds = [rule_kinds(part) for part in parts]
     disjoint = all(
-        not (a.names & b.names or a.dimensions & b.dimensions or topics[i] & topics[j])
+        not (
+            a.names & b.names
+            or a.dimensions & b.dimensions
+            or topics[i] & topics[j]
+            or (kinds_meet(kinds[i], kinds[j]) and not (a.names and b.names) and not parameters_conflict(a, b))
+        )
         for i, a in enumerate(subjects)
         for j, b in enumerate(subjects[i + 1 :], start=i + 1)
     )
@@ -669,20 +723,42 @@ _ITEMISED: Final = re.compile(
 _WEAK_NUMBERS: Final = frozenset({"0", "1", "2", "3", "4", "5", "10", "100"})
 
 
+def parameters_conflict(a: Subject, b: Subject) -> bool:
+    """Whether two statements give different parameters: each its own numbers and none in common ("÷ 1000" and
+    "÷ 10"), or units of different dimensions. Two rules of one kind that disagree so are two conventions."""
+    if a.numbers and b.numbers and not set(a.numbers) & set(b.numbers):
+        return True
+    return bool(a.dimensions and b.dimensions and not a.dimensions & b.dimensions)
+
+
 def strong_numbers(subject: Subject) -> set[str]:
     return {n for n in subject.numbers if n not in _WEAK_NUMBERS}
 
 
-def convention_overlap(a: Subject, b: Subject, token_similarity: float, same_context: bool = True) -> bool:
+def convention_overlap(
+    a: Subject,
+    b: Subject,
+    token_similarity: float,
+    same_context: bool = True,
+    kinds: tuple[frozenset[str], frozenset[str]] | None = None,
+) -> bool:
     """Whether two lessons are about the same convention, judged on their subjects: a shared name with another
     agreeing sign (a unit, a number, similar words), or a shared non-trivial number with a shared unit; two
     lessons naming different things are different conventions even when their wording is alike. Cross-language
     pairs share names and numbers, which are written alike in every language. `same_context` says whether the
     two were learnt on the same inputs (a file in common): a unit alone, or a number and a unit without a
-    shared name, ties two lessons only then ("cents" and "÷ 1000" are in every company's exports)."""
+    shared name, ties two lessons only then ("cents" and "÷ 1000" are in every company's exports). `kinds` are the
+    kinds of rule each states (`rules.kinds`): learnt on the same inputs, two statements of one kind of rule that
+    name no different fields and give no different parameters are one convention, however differently worded
+    ("the clock runs on UTC" / "add two hours, the log is in UTC")."""
     shared_names = a.names & b.names
     shared_numbers = strong_numbers(a) & strong_numbers(b)
     shared_units = a.unit_keys & b.unit_keys
+    if kinds is not None and same_context and not (a.names and b.names and not shared_names):
+        if kinds_meet(*kinds) and not parameters_conflict(a, b):
+            return True  # one kind of rule on one field (or on a field one side leaves unnamed)
+        if kinds_differ(*kinds) and not shared_names:
+            return False  # another kind of rule on the same inputs: another convention
     if shared_names:
         return bool(shared_units or shared_numbers or token_similarity >= 0.2 or not (a.units or b.units))
     if a.names and b.names:

@@ -78,12 +78,17 @@ def unnumbered(line: str) -> str:
 
 
 _TOOL_CALL_LINE = re.compile(r"^[\w.:/-]{1,64}\(.*\)(?:\s*→.*)?$", re.S)
+#: A procedure step that only says which tool to call ("Call `read_file(path=x.csv)`", "Run `tool(…)` → ok").
+_CALL_STEP = re.compile(r"^(?:call|run|use|invoke)\s+`([^`]+)`[.;]?$", re.IGNORECASE | re.S)
 
 
 def is_tool_call_line(line: str) -> bool:
-    """Whether a line is nothing but a tool call in the `name(key=value …) → outcome` form capture writes: it
-    records which tool ran, not what to do differently, so a small block for a small model leaves it out."""
-    return bool(_TOOL_CALL_LINE.match(unnumbered(line).strip()))
+    """Whether a line is nothing but a tool call in the `name(key=value …) → outcome` form capture writes, or a
+    procedure step that only names one ("Call `name(…)`"): it records which tool ran, not what to do differently,
+    so a small block for a small model leaves it out."""
+    text = unnumbered(line).strip()
+    step = _CALL_STEP.match(text)
+    return bool(_TOOL_CALL_LINE.match(step.group(1).strip() if step else text))
 
 
 def numbered_steps(procedure: str) -> list[str]:

@@ -29,6 +29,7 @@ doubled since.
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -81,6 +82,26 @@ def from_blob(blob: bytes, dim: int) -> FloatArray:
     if len(blob) != dim * _BLOB_DTYPE.itemsize:
         raise ValueError(f"vector blob has {len(blob)} bytes, expected {dim * _BLOB_DTYPE.itemsize}")
     return np.frombuffer(blob, dtype=_BLOB_DTYPE).astype(np.float32)
+
+
+def vector_text(vec: AnyFloatArray | Sequence[float]) -> str:
+    """A unit vector as compact text for a JSON column (float16, base64: 1 KiB for 384 dimensions). For vectors
+    kept beside a row (the requests a lesson was learnt on), compared by cosine only, where float16 is ample."""
+    arr = np.asarray(vec, dtype=np.float32)
+    if arr.ndim != 1 or not np.isfinite(arr).all():
+        raise ValueError("expected a finite 1-D vector")
+    return base64.b64encode(arr.astype("<f2").tobytes()).decode("ascii")
+
+
+def vector_from_text(text: str, dim: int | None = None) -> FloatArray | None:
+    """Decode `vector_text`; None for anything else (a record written by another version stays readable)."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return None
+    if not raw or len(raw) % 2 or (dim is not None and len(raw) != dim * 2):
+        return None
+    return np.frombuffer(raw, dtype="<f2").astype(np.float32)
 
 
 class LoadResult(NamedTuple):

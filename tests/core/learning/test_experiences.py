@@ -431,7 +431,8 @@ async def test_partial_credit_is_never_a_success(core_factory: Any) -> None:
     await submit(core, episode, "positive", 0.8, rationale="Nearly there: count each class once per filing.", raw=raw)
     [exp] = await experiences(core)
     assert exp.experience_type == "repair_instruction" and exp.evidence_polarity == "negative"
-    assert not exp.skill_eligible and exp.procedure == "1. Nearly there: count each class once per filing."
+    # the lesson in the user's words, without the "Nearly there:" they put before it
+    assert not exp.skill_eligible and exp.procedure == "1. Count each class once per filing."
 
 
 async def test_noise_creates_no_experience(core_factory: Any) -> None:
@@ -659,3 +660,39 @@ async def test_an_unusable_or_failing_llm_falls_back_to_the_rule_draft(core_fact
     [exp] = await experiences(core)
     assert exp.title == AVOID_SCHEMA
     assert AVOID_SCHEMA in exp.procedure and exp.experience_type == "failure_avoidance"
+
+
+NAMELESS = [  # one piece of work, asked for without naming a file or a company
+    "How many scans did the lift gates let through on Saturday morning? Give the count.",
+    "What was the busiest hour at the lift gates on Sunday? Give the hour.",
+    "How many scans did the gates record after lunch on Saturday? Give the count.",
+    "Which lift gate was busiest on Saturday afternoon? Give its name.",
+]
+
+
+async def test_one_convention_taught_in_three_wordings_is_one_experience_and_another_stays_apart(
+    core_factory: Any,
+) -> None:
+    """The same clock rule, told in full, tersely and in Chinese on three tasks of one piece of work that name no
+    file: one experience with support 3. A rule of another kind on that work is an experience of its own, and the
+    same words on other work do not merge into it."""
+    core = with_stage(await core_factory())
+    tools = [{"name": "read_file", "input": {"path": "gate_scans.csv"}, "output": "(read)"}]
+    wordings = [
+        "The gate log is written in UTC; the resort keeps local time, UTC+9, so add 9 hours before bucketing by day.",
+        "scan times are UTC (+9h local)",
+        "扫描时间是世界时（UTC），本地时间要加 9 小时。",
+    ]
+    for index, text in enumerate(wordings):
+        episode, _, _ = await run_task(core, f"se_w{index}", 1_000_000 * (index + 1), NAMELESS[index], tools=tools)
+        await submit(core, episode, "negative", 1.0, rationale=text)
+    [clock] = await experiences(core)
+    assert clock.support == 3, [e.title for e in await experiences(core)]
+    episode, _, _ = await run_task(core, "se_w3", 5_000_000, NAMELESS[3], tools=tools)
+    await submit(core, episode, "negative", 1.0, rationale="Refused scans (any code but 00) are not rides; skip them.")
+    assert len(await experiences(core)) == 2
+    # other work, the same kind of rule: a lesson of its own
+    other = "What is the average dwell time of the trucks at the quarry weighbridge on Monday?"
+    episode, _, _ = await run_task(core, "se_w4", 6_000_000, other, tools=[])
+    await submit(core, episode, "negative", 1.0, rationale="The weighbridge clock is UTC; add 2 hours.")
+    assert len(await experiences(core)) == 3, [(e.title, e.support) for e in await experiences(core)]

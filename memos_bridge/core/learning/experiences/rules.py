@@ -24,6 +24,7 @@ and free of I/O; the stage that feeds it (storage, embeddings, the LLM rewording
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -194,6 +195,7 @@ class EpisodeFacts:
     outcome_source: str = ""  # where that came from: verifier | llm | feedback | heuristic
     started_at: int = 0
     written: tuple[str, ...] = ()  # files the agent wrote (its output, not what a lesson is about)
+    session_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -640,10 +642,24 @@ def _draft(
         lesson=list(lesson),
         roles=list(roles),
         subject=subject,
-        instance=assessment.reading.instance,
+        instance=[*attempt_answers(verifier, episode), *assessment.reading.instance],
         terms=(terms_for_recall := recall_terms(subject, episode, verifier)),
         words=[] if terms_for_recall else lesson_words(lesson),
     )
+
+
+def attempt_answers(verifier: VerifierView | None, episode: EpisodeFacts) -> list[str]:
+    """What the judged attempt answered and what was expected of it, as text: the verifier's expected and actual
+    values and the agent's reply. Kept with the lesson as its attempt's content, so a block that recalls the
+    lesson for another task knows these values are that task's (`rules.block_filter`)."""
+    out: list[str] = []
+    if verifier is not None:
+        for value in (verifier.expected, verifier.actual):
+            if value not in (None, "", {}, []):
+                out.append(clip(json.dumps(value, ensure_ascii=False, default=str), 300))
+    if episode.reply:
+        out.append(clip(episode.reply, 300))
+    return out
 
 
 def _unique(lines: Iterable[str]) -> list[str]:

@@ -48,10 +48,13 @@ from memos_bridge.core.learning.experiences.rules import (
 from memos_bridge.core.learning.experiences.store import Plan, State, Written
 from memos_bridge.core.learning.reward_stage import RewardReport
 from memos_bridge.llm.prompts import FEEDBACK_REFINE
+from memos_bridge.rules.kinds import kinds_meet, rule_kinds
 from memos_bridge.rules.lessons import convention_overlap
-from memos_bridge.rules.subjects import same_inputs
+from memos_bridge.rules.subjects import FILE, owner_names, same_inputs
 from memos_bridge.rules.text import clip
 from memos_bridge.rules.tokens import token_similarity
+from memos_bridge.rules.work import SAME_WORK_SIMILARITY, closeness
+from memos_bridge.storage.vectors import vector_from_text
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +150,15 @@ async def _plan(
 ) -> Plan:
     """Validate a repair, merge into the experience of the same convention, or create one (in that order)."""
     vec, task_vec = await _embed(ctx, [draft.embed_text(), episode.task or draft.trigger])
+    context = task_vec if episode.task else None
     if draft.experience_type == "success_pattern" and task_vec is not None:
         target = await _repair_followed(ctx, state, episode, feedback, task_vec)
         if target is not None:
-            return Plan(draft, vec, "validate", target[0], target[1])
-    merge_id = await _merge_target(ctx, state, draft, vec, exclude={p.target for p in earlier if p.target})
+            return Plan(draft, vec, "validate", target[0], target[1], context)
+    merge_id = await _merge_target(ctx, state, draft, vec, {p.target for p in earlier if p.target}, context)
     if merge_id is not None:
-        return Plan(draft, vec, "merge", merge_id)
-    return Plan(draft, vec, "create")
+        return Plan(draft, vec, "merge", merge_id, context=context)
+    return Plan(draft, vec, "create", context=context)
 
 
 async def _embed(ctx: LearningContext, texts: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -221,25 +225,48 @@ async def _refine(
 # ---------------------------------------------------------------- finding the experience to update
 
 
-def same_convention(draft: ExperienceDraft, row: Any, cosine: float) -> bool:
-    """Whether `draft` teaches the convention the stored experience `row` holds (module docstring, step 3)."""
+def same_convention(draft: ExperienceDraft, row: Any, cosine: float, task: np.ndarray | None = None) -> bool:
+    """Whether `draft` teaches the convention the stored experience `row` holds (module docstring, step 3).
+
+    The two were learnt on the same work when they name a file in common, or when the request `draft` was learnt
+    on (`task`, its unit vector) is close to one the stored lesson keeps (`rules.work`); when it is not, and no
+    file is shared, they never merge ("the clock is UTC" on two projects is two lessons). A stored lesson with
+    neither terms nor contexts (an old record) is taken to share the work, as before contexts were kept."""
     if not may_merge(row.experience_type, draft.experience_type):
         return False
     stored = store.row_subject(row)
-    words = token_similarity(
-        " ".join(draft.lesson or [draft.title]), " ".join(lesson_of(row.lesson_json, row.procedure))
-    )
-    theirs = row.lesson_json.get("terms") if isinstance(row.lesson_json, dict) else None
-    same_context = same_inputs(draft.terms, [str(t) for t in theirs or []])
-    if draft.subject.terms() or stored.terms():
-        return convention_overlap(draft.subject, stored, words, same_context or not theirs)
+    mine_text = " ".join(draft.lesson or [draft.title])
+    their_text = " ".join(lesson_of(row.lesson_json, row.procedure))
+    words = token_similarity(mine_text, their_text)
+    record = row.lesson_json if isinstance(row.lesson_json, dict) else {}
+    theirs = [str(t) for t in record.get("terms") or []]
+    contexts = [v for v in (vector_from_text(str(c)) for c in record.get("contexts") or []) if v is not None]
+    close = closeness(task, contexts)
+    shared_inputs = same_inputs(_inputs(draft.terms), _inputs(theirs))
+    if close is not None and close < SAME_WORK_SIMILARITY and not shared_inputs:
+        return False  # learnt on other work: its look-alike rule is that work's own, whatever names they share
+    same_context = shared_inputs or close is not None or (not theirs and not contexts)
+    kinds = (rule_kinds(mine_text), rule_kinds(their_text))
+    if draft.subject.terms() or stored.terms() or (same_context and kinds_meet(*kinds)):
+        return convention_overlap(draft.subject, stored, words, same_context, kinds)
     if same_context and (cosine >= SAME_INPUT_SIMILARITY or words >= SAME_INPUT_WORDS):
         return True  # "These sheets write dates day-first" / "Remember the day comes first in these sheets"
     return cosine >= NO_SUBJECT_SIMILARITY and words >= NO_SUBJECT_WORDS
 
 
+def _inputs(terms: list[str]) -> list[str]:
+    """The terms that say which inputs a lesson was learnt on: its files and the company the task named (a field
+    name or a unit such as "UTC" is in every project's data)."""
+    return [term for term in terms if FILE.fullmatch(term) or owner_names(term) == [term]]
+
+
 async def _merge_target(
-    ctx: LearningContext, state: State, draft: ExperienceDraft, vec: np.ndarray | None, exclude: set[str]
+    ctx: LearningContext,
+    state: State,
+    draft: ExperienceDraft,
+    vec: np.ndarray | None,
+    exclude: set[str],
+    task: np.ndarray | None = None,
 ) -> str | None:
     """The owned experience of the same convention: candidates from the vector index and from the subject terms
     (another language shares the names and numbers, not the words), best vector match first."""
@@ -260,7 +287,7 @@ async def _merge_target(
         if score is None:
             other = vectors.get(policy_id)
             score = float(np.dot(other, vec)) if other is not None and vec is not None else 0.0
-        if same_convention(draft, row, score):
+        if same_convention(draft, row, score, task):
             return policy_id
     return None
 

@@ -53,7 +53,7 @@ from memos_bridge.storage.fts import fts_search
 from memos_bridge.storage.json_lists import list_has_any
 from memos_bridge.storage.models import EpisodeRow, FeedbackRow, PolicyRow, TraceRow, TurnRow
 from memos_bridge.storage.owner import OwnerFilter
-from memos_bridge.storage.vectors import to_blob
+from memos_bridge.storage.vectors import to_blob, vector_text
 
 BUILDER: Final = "feedback.experience.v2"
 #: Provenance caps: ids kept per list, evidence records kept in `meta.evidence`.
@@ -154,6 +154,7 @@ def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequen
         r_task=episode.r_task,
         started_at=episode.started_at,
         written=tuple(dict.fromkeys(written)),
+        session_id=episode.session_id or "",
     )
 
 
@@ -268,6 +269,8 @@ class Plan:
     action: Action
     target: str | None = None
     evidence: dict[str, Any] | None = None
+    #: the unit vector of the request the lesson was learnt on (what recall compares a new request with)
+    context: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -360,7 +363,7 @@ def _create(
             "episodeStartedAt": episode.started_at,
             "evidence": [_evidence_record(feedback, episode, draft)],
         },
-        lesson_json=draft.lesson_record(),
+        lesson_json={**draft.lesson_record(), **_contexts({}, plan, episode)},
         vec=to_blob(plan.vec) if plan.vec is not None else None,
         created_at=now,
         updated_at=now,
@@ -405,6 +408,7 @@ def _absorb(
         "terms": terms,
         "words": [] if terms else list(dict.fromkeys([*(stored.get("words") or []), *draft.words]))[:12],
         "instance": list(dict.fromkeys([*(stored.get("instance") or []), *draft.instance]))[-12:],
+        **_contexts(stored, plan, episode),
     }
     if lesson != old_lesson:
         steps = [step for step in numbered_steps(row.procedure) if step not in old_lesson]
@@ -425,6 +429,23 @@ def _absorb(
         row.status = "active"  # trusted, or confirmed by another verdict
     row.updated_at = now
     row.last_evidence_at = now
+
+
+#: Requests (and their sessions) a lesson keeps as the contexts it was learnt in: the newest ones.
+MAX_CONTEXTS: Final = 6
+
+
+def _contexts(stored: dict[str, Any], plan: Plan, episode: EpisodeFacts) -> dict[str, Any]:
+    """The `contexts` and `sessions` of a lesson record: the requests it was learnt on, as vectors (a request
+    like one of them is about the same work, whether or not it names a file or a company), and their sessions
+    (a host's session is usually one piece of work). Kept newest last, at most `MAX_CONTEXTS`."""
+    contexts = [str(c) for c in stored.get("contexts") or []]
+    sessions = [str(s) for s in stored.get("sessions") or []]
+    if plan.context is not None:
+        contexts = [*contexts, vector_text(plan.context)][-MAX_CONTEXTS:]
+    if episode.session_id:
+        sessions = [*[s for s in sessions if s != episode.session_id], episode.session_id][-MAX_CONTEXTS:]
+    return {"contexts": contexts, "sessions": sessions}
 
 
 def _merge(
