@@ -39,7 +39,7 @@ from memos_bridge.core.vector_store import FIELDS as VECTOR_FIELDS
 from memos_bridge.core.vector_store import VectorJob, VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.llm.base import LLMProvider
-from memos_bridge.retrieval import fusion
+from memos_bridge.retrieval import fusion, work_gate
 from memos_bridge.retrieval.fusion import Candidate, CandidateKind
 from memos_bridge.retrieval.intent import InjectionPlan
 from memos_bridge.retrieval.llm_filter import llm_filter
@@ -57,6 +57,7 @@ from memos_bridge.retrieval.render import (
     skill_summary,
     without_task_quote,
 )
+from memos_bridge.rules.block_filter import BlockValues
 from memos_bridge.rules.lessons import specific_tokens
 from memos_bridge.rules.subjects import FILE, identifiers, mentions, requested_outputs, shares_words
 from memos_bridge.rules.text import clip
@@ -64,6 +65,7 @@ from memos_bridge.storage import hotpath
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import FtsKind, Tokenizer, fts_search, pattern_search
 from memos_bridge.storage.owner import OwnerFilter
+from memos_bridge.storage.vectors import vector_from_text
 from memos_bridge.timeutil import now_ms
 
 log = logging.getLogger(__name__)
@@ -574,7 +576,15 @@ class Retriever:
 
         loaded = await self._db.read(
             lambda db: self._load_sync(
-                db, found, owner, visible, plan, keywords, rollups=query_vec is not None, request=text
+                db,
+                found,
+                owner,
+                visible,
+                plan,
+                keywords,
+                rollups=query_vec is not None,
+                request=text,
+                query_vec=query_vec,
             )
         )
         candidates = self._roll_up_episodes(loaded.candidates, loaded.steps, query_vec, loaded.goals)
@@ -611,6 +621,8 @@ class Retriever:
         for repair in repairs or []:
             data.repair_preference.append(repair.preference)
             data.repair_anti_pattern.append(repair.anti_pattern)
+        own = {query.episode_id or "", *(r.episode_id or "" for r in repairs or [])} - {""}
+        data.values = block_values(data, text, own)
         trace_ids = {c.ref_id for c in picked if c.kind == "trace"}
         recalled_policies = {c.ref_id for c in picked if c.kind == "experience"}
         if trace_ids:
@@ -690,6 +702,7 @@ class Retriever:
         *,
         rollups: bool,
         request: str = "",
+        query_vec: np.ndarray | None = None,
     ) -> _Loaded:
         """Everything ranking needs from the database, in ONE worker-thread hop (a hop and a read transaction
         cost about what each of these reads costs): the candidates' rows, the corrections that supersede
@@ -700,7 +713,10 @@ class Retriever:
         candidates = self._hydrate_sync(db, found, owner, visible, plan, links)
         candidates = self._follow_supersedes_sync(db, candidates, links, owner, visible, plan)
         candidates = self._identifier_gate(candidates, keywords)
-        candidates = self._subject_gate(candidates, request)
+        # the work gate judges what a turn is given; a search someone asked for is judged by its words alone
+        turn = plan.reason != "tool_driven"
+        context = RequestContext(query_vec, visible.session_id if visible is not None else None) if turn else None
+        candidates = self._subject_gate(candidates, request, context)
         steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
         trace_ids = [c.ref_id for c in candidates if c.kind == "trace"]
         distilled = [c.ref_id for c in candidates if c.kind == "experience"] + [
@@ -820,6 +836,8 @@ class Retriever:
                 agent_text=row.agent_text,
                 tool_lines=[tool_signature(call, 300) for call in (row.tool_calls_json or [])],
                 request=row.user_text,
+                value=float(row.value or 0.0),
+                episode_id=row.episode_id or "",
             )
         elif kind == "policy":
             guidance = row.decision_guidance_json or {}
@@ -841,6 +859,10 @@ class Retriever:
                 roles=[str(role) for role in lesson.get("roles") or []],
                 terms=[str(term) for term in lesson.get("terms") or []],
                 words=[str(word) for word in lesson.get("words") or []],
+                contexts=_context_vectors(lesson.get("contexts")),
+                sessions=[str(session) for session in lesson.get("sessions") or []],
+                instance=[str(phrase) for phrase in lesson.get("instance") or []],
+                source_episodes=[str(e) for e in row.source_episodes_json or []],
             )
         elif kind == "skill":
             guidance = (row.procedure_json or {}).get("decisionGuidance", {}) or {}
@@ -868,7 +890,9 @@ class Retriever:
             cand.payload = WorldSnippet(ref_id=row.id, title=row.title, body=row.body)
         cand.strength = strength_rules.tie_signal(cand.strength, row.strength)  # evidence breaks near-ties only
 
-    def _subject_gate(self, candidates: list[Candidate], request: str) -> list[Candidate]:
+    def _subject_gate(
+        self, candidates: list[Candidate], request: str, context: RequestContext | None = None
+    ) -> list[Candidate]:
         """A lesson (or a world model) is recalled for a request about its subject: one that names a term it is
         about (an identifier, a file it was learnt on, a unit), or whose meaning is close to it (vector cosine ≥
         `retrieval.lesson_min_similarity`). Without this, every lesson of a busy namespace reaches every task
@@ -887,16 +911,27 @@ class Retriever:
         (`SAME_STEP_SIMILARITY`). A file named together with many different files (the output file a harness
         asks every task for) is boilerplate and decides nothing. The few candidates of a request may all come
         from one earlier task, where the output file cannot be told from the subject that way; a file shared
-        with a request that names other files than the memory's is not counted either (`_shared_output`)."""
+        with a request that names other files than the memory's is not counted either (`_shared_output`).
+
+        A lesson that keeps the requests it was learnt on (`ExperienceSnippet.contexts`) is judged by the work gate
+        instead (`retrieval.work_gate`): by how close this request is to those requests, the lessons of one work
+        together. Requests that name no file or company share no term with their lessons, and a lesson's own words
+        are about data every project has ("readings", "times"): "two of its words" brought one project's lessons
+        into another's tasks."""
         floor = self._settings.lesson_min_similarity
         files_of_steps = _step_files(candidates)
         boilerplate = _boilerplate_files(files_of_steps)
         files = _RequestFiles.of(request, boilerplate)  # once per request, not per candidate
         request_words = min(2, len(specific_tokens(request))) or 1  # a one-word query needs its one word
+        works = _lessons_of_the_work(candidates, request, files, context)
         kept: list[Candidate] = []
         for cand in candidates:
             payload = cand.payload
             needed = floor
+            if works is not None and cand.ref_id in works.judged:
+                if cand.ref_id in works.kept:
+                    kept.append(cand)
+                continue
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
                 own = [f for f in files_of_steps.get(cand.ref_id, []) if f not in boilerplate]
                 deciding = [f for f in own if f not in files.outputs and f not in _shared_output(own, files.subject)]
@@ -1048,6 +1083,36 @@ _TOOL_CALL = re.compile(r"\b([A-Za-z_][\w.-]*)\(")
 _CHAIN_LINK = re.compile(r"([\w.-]+)\s*(?:→|->)\s*([\w.-]+)?")
 
 
+def block_values(data: RenderInput, request: str, own_episodes: set[str]) -> BlockValues:
+    """What the block must not carry (`rules.block_filter`): the attempts behind what was recalled — the phrases a
+    lesson's feedback said about its attempt, a past step's reply and tool results — except those of this task
+    and of the task it repeats (`own_episodes`); what the recalled lessons state as rules stays allowed."""
+    answers: list[str] = []
+    attempts: list[str] = []
+    own: list[str] = []
+    for exp in data.experiences:
+        (own if own_episodes & set(exp.source_episodes) else answers).extend(exp.instance)
+    for trace in data.traces:
+        if trace.episode_id in own_episodes:
+            own += [trace.agent_text, *trace.tool_lines]
+        else:
+            answers.append(trace.agent_text)
+            attempts += trace.tool_lines
+    rules = [line for exp in data.experiences for line in exp.lesson]
+    rules += [m.content for m in data.memories]
+    return BlockValues.build(answers, attempts=attempts, request=request, rules=rules, own=own)
+
+
+def _context_vectors(stored: Any) -> list[np.ndarray]:
+    """The stored request vectors of a lesson record, decoded (unreadable ones skipped)."""
+    out: list[np.ndarray] = []
+    for text in stored or []:
+        vec = vector_from_text(str(text))
+        if vec is not None:
+            out.append(vec)
+    return out
+
+
 def _tool_names(exp: ExperienceSnippet) -> frozenset[str]:
     """The tools a task record calls (case-folded): they say how it was done, not what it was about."""
     return _tools_in(exp.procedure, exp.title)
@@ -1084,14 +1149,59 @@ def _record_words(exp: ExperienceSnippet) -> list[str]:
 RECORD_WORDS = 6
 
 
-def _about(payload: ExperienceSnippet | WorldSnippet, request: str, files: _RequestFiles | None = None) -> bool:
+def _about(
+    payload: ExperienceSnippet | WorldSnippet, request: str, files: _RequestFiles | None = None, *, words: bool = True
+) -> bool:
     """Whether the request is about what a lesson or world model is about (its terms, or for a lesson that names
-    nothing, two of its own words). A boilerplate file among its terms (every task's output file) says nothing
-    about its subject."""
+    nothing, two of its own words unless `words` is off). A boilerplate file among its terms (every task's output
+    file) says nothing about its subject."""
     terms = _deciding_terms(_subject_terms(payload), files or _RequestFiles.of(request, frozenset()))
     if terms:
         return mentions(request, terms)
-    return isinstance(payload, ExperienceSnippet) and bool(payload.words) and shares_words(request, payload.words)
+    return (
+        words
+        and isinstance(payload, ExperienceSnippet)
+        and bool(payload.words)
+        and shares_words(request, payload.words)
+    )
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What a lesson's contexts are compared with: the request's unit vector and the session it came in."""
+
+    vector: np.ndarray | None
+    session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _WorkVerdict:
+    judged: frozenset[str]  # the lessons the work gate decided on (those that keep their contexts)
+    kept: frozenset[str]
+
+
+def _lessons_of_the_work(
+    candidates: list[Candidate], request: str, files: _RequestFiles, context: RequestContext | None
+) -> _WorkVerdict | None:
+    """The work gate's verdict on the candidate lessons that keep the requests they were learnt on
+    (`retrieval.work_gate`); None without a request vector (the subject gate alone decides then)."""
+    if context is None or context.vector is None:
+        return None
+    views: list[work_gate.LessonView] = []
+    for cand in candidates:
+        payload = cand.payload
+        if (
+            isinstance(payload, ExperienceSnippet)
+            and payload.contexts
+            and payload.lesson
+            and payload.experience_type not in TASK_RECORD_TYPES
+        ):
+            named = _about(payload, request, files, words=False)
+            views.append(work_gate.LessonView(cand.ref_id, payload.contexts, payload.terms, payload.sessions, named))
+    if not views:
+        return None
+    view = work_gate.RequestView(context.vector, request, context.session_id, files.subject)
+    return _WorkVerdict(frozenset(v.ref_id for v in views), frozenset(work_gate.select(views, view)))
 
 
 #: Experience types that record how past tasks went (induced from successes) rather than a lesson someone gave.

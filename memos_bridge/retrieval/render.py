@@ -21,9 +21,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
+from memos_bridge.rules.block_filter import NO_VALUES, BlockValues
 from memos_bridge.rules.instance import instance_specific
+from memos_bridge.rules.lessons import unwrap
 from memos_bridge.rules.text import clip, is_tool_call_line, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
@@ -64,6 +66,9 @@ class TraceSnippet:
     tool_lines: list[str] = field(default_factory=list)
     #: the request the step served (every step of a turn; `user_text` is shown on its first step only)
     request: str = ""
+    #: the step's value (negative: its task's result was rejected) and its task
+    value: float = 0.0
+    episode_id: str = ""
 
 
 @dataclass
@@ -94,6 +99,13 @@ class ExperienceSnippet:
     terms: list[str] = field(default_factory=list)
     #: a lesson that names nothing: its own words (recall asks the request to use two of them)
     words: list[str] = field(default_factory=list)
+    #: the unit vectors of the requests it was learnt on, and their sessions (recall compares the request)
+    contexts: list[Any] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
+    #: what the learning stage took out of the feedback as its attempt's content ("expected 412, got 980"), and
+    #: the tasks it was learnt on
+    instance: list[str] = field(default_factory=list)
+    source_episodes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -162,6 +174,8 @@ class RenderInput:
     repair_anti_pattern: list[str] = field(default_factory=list)
     #: the request the memories were recalled for (compact rendering prefers lesson lines in its script)
     query: str = ""
+    #: what no line may carry: other tasks' attempt values (`rules.block_filter`, the one instance filter)
+    values: BlockValues = NO_VALUES
 
     def empty(self) -> bool:
         return not (
@@ -346,13 +360,15 @@ def _skill_body(skill: SkillSnippet, options: RenderOptions) -> str:
     return f'{clip(first_paragraph, options.skill_summary_chars)}\nFull skill: memos_skill_get(id="{skill.ref_id}")'
 
 
-def _memory_entry(number: int, memory: MemorySnippet, limit: int) -> str:
+def _memory_entry(number: int, memory: MemorySnippet, limit: int, values: BlockValues = NO_VALUES) -> str:
     """A remembered memory: its first line (labelled) as the entry's head, any further lines below it."""
     first, _, rest = memory_line(memory).partition("\n")
-    return _entry(number, f"{clip(first, limit)} (id={memory.ref_id})", rest, limit)
+    return _entry(number, f"{clip(first, limit)} (id={memory.ref_id})", rest, limit, values)
 
 
-def _entry(number: int, head: str, body: str, limit: int) -> str:
+def _entry(number: int, head: str, body: str, limit: int, values: BlockValues = NO_VALUES) -> str:
+    """One numbered entry; body lines that carry another task's values are left out (`values`)."""
+    body = "\n".join(line for line in body.splitlines() if values.passes(line))
     body = escape_markers(body if len(body) <= limit else clamp_lines(body, limit))
     indented = "\n".join("   " + line for line in body.splitlines() if line.strip())
     return f"{number}. {escape_markers(head)}\n{indented}" if indented else f"{number}. {escape_markers(head)}"
@@ -405,58 +421,18 @@ def render_block(data: RenderInput, *, reason: str = "turn_start", options: Rend
     if options.mode == "compact":
         return render_compact(data, reason=reason, max_chars=options.compact_max_chars)
     full, updates = apply_provenance(data, lambda skill: _skill_body(skill, options))
+    values = data.values
+    full = [e for e in full if values.passes(e.title)]
     limit = options.snippet_max_chars
     sections: list[tuple[str, list[str]]] = []
-    if data.memories:  # what the user or agent asked to be remembered comes first: it is theirs
-        ordered = sorted(data.memories, key=lambda m: MEMORY_ORDER.get(m.memory_type, len(MEMORY_ORDER)))
-        sections.append(
-            (
-                "Remembered",
-                [_memory_entry(i, m, limit) for i, m in enumerate(ordered, 1)],
-            )
-        )
-    if data.skills:
-        sections.append(
-            (
-                "Candidate skills",
-                [
-                    _entry(i, f"{s.name} (reliability {s.eta:.2f}, id={s.ref_id})", _skill_body(s, options), limit * 2)
-                    for i, s in enumerate(data.skills, 1)
-                ],
-            )
-        )
-    if data.episodes:
-        sections.append(
-            (
-                "Similar past tasks",
-                [
-                    _entry(
-                        i,
-                        f"[{format_ts(e.ts)}] {clip(e.task, 160)} (id={e.ref_id})",
-                        "\n".join(f"- {clip(step, 160)}" for step in e.steps)
-                        + f'\nTimeline: memos_timeline(episodeId="{e.ref_id}")',
-                        limit,
-                    )
-                    for i, e in enumerate(data.episodes, 1)
-                ],
-            )
-        )
-    if data.traces:
-        sections.append(
-            (
-                "Relevant trace memories",
-                [
-                    _entry(i, f"[{format_ts(t.ts)}] id={t.ref_id}", _trace_body(t), limit)
-                    for i, t in enumerate(data.traces, 1)
-                ],
-            )
-        )
+    # lessons first: what was learnt, then what was asked to be remembered, then how-to, then the past itself
     exp_entries = [
         _entry(
             i,
-            f"[{_TYPE_LABELS.get(e.experience_type, e.experience_type)}] {clip(e.title, 120)} (id={e.ref_id})",
+            f"[{_TYPE_LABELS.get(e.experience_type, e.experience_type)}] {clip(unwrap(e.title), 120)} (id={e.ref_id})",
             experience_body(e),
             limit,
+            values,
         )
         for i, e in enumerate(full, 1)
     ]
@@ -469,27 +445,88 @@ def render_block(data: RenderInput, *, reason: str = "turn_start", options: Rend
             )
             or experience_body(e),
             limit,
+            values,
         )
         for i, e in enumerate(updates, 1)
     ]
     if exp_entries:
         sections.append(("Experiences", exp_entries))
+    memories = [m for m in data.memories if values.passes(memory_line(m).partition("\n")[0])]
+    if memories:  # what the user or agent asked to be remembered: theirs, in their words
+        ordered = sorted(memories, key=lambda m: MEMORY_ORDER.get(m.memory_type, len(MEMORY_ORDER)))
+        sections.append(("Remembered", [_memory_entry(i, m, limit, values) for i, m in enumerate(ordered, 1)]))
+    if data.skills:
+        sections.append(
+            (
+                "Candidate skills",
+                [
+                    _entry(
+                        i,
+                        f"{s.name} (reliability {s.eta:.2f}, id={s.ref_id})",
+                        _skill_body(s, options),
+                        limit * 2,
+                        values,
+                    )
+                    for i, s in enumerate(data.skills, 1)
+                ],
+            )
+        )
     if data.worlds:
         sections.append(
             (
                 "Environment knowledge",
                 [
-                    _entry(i, f"{clip(w.title, 120)} (id={w.ref_id})", w.body, limit)
+                    _entry(i, f"{clip(w.title, 120)} (id={w.ref_id})", w.body, limit, values)
                     for i, w in enumerate(data.worlds, 1)
                 ],
             )
         )
     prefer, avoid = _guidance(data, full + updates)
-    if prefer or avoid:
-        body = [f"{n}. Prefer: {clip(p, 240)}" for n, p in enumerate(prefer, 1)]
-        body += [f"{n}. Avoid: {clip(a, 240)}" for n, a in enumerate(avoid, len(prefer) + 1)]
-        sections.append(("Decision guidance", [escape_markers(line) for line in body]))
+    body = [f"Prefer: {clip(p, 240)}" for p in prefer if values.passes(p)]
+    body += [f"Avoid: {clip(a, 240)}" for a in avoid if values.passes(a)]
+    if body:
+        sections.append(("Decision guidance", [escape_markers(f"{n}. {line}") for n, line in enumerate(body, 1)]))
+    if data.episodes:
+        sections.append(
+            (
+                "Similar past tasks",
+                [
+                    _entry(
+                        i,
+                        f"[{format_ts(e.ts)}] {clip(e.task, 160)} (id={e.ref_id})",
+                        "\n".join(f"- {clip(step, 160)}" for step in e.steps)
+                        + f'\nTimeline: memos_timeline(episodeId="{e.ref_id}")',
+                        limit,
+                        values,
+                    )
+                    for i, e in enumerate(data.episodes, 1)
+                ],
+            )
+        )
+    traces = shown_traces(data)
+    if traces:
+        sections.append(
+            (
+                "Relevant trace memories",
+                [
+                    _entry(i, f"[{format_ts(t.ts)}]{_rejected_mark(t)} id={t.ref_id}", _trace_body(t), limit, values)
+                    for i, t in enumerate(traces, 1)
+                ],
+            )
+        )
     return _assemble(sections, reason, options.total_max_chars)
+
+
+def shown_traces(data: RenderInput) -> list[TraceSnippet]:
+    """The past steps a full block shows: a step of a task whose result was rejected (a negative value) is left
+    out when a recalled lesson was learnt on that task (the lesson says what to do instead); otherwise it is
+    marked as rejected (`_rejected_mark`), never shown as if it had worked."""
+    taught = {episode for exp in data.experiences for episode in exp.source_episodes}
+    return [t for t in data.traces if not (t.value < 0 and t.episode_id in taught)]
+
+
+def _rejected_mark(trace: TraceSnippet) -> str:
+    return " [a rejected attempt]" if trace.value < 0 else ""
 
 
 def _assemble(sections: list[tuple[str, list[str]]], reason: str, total_max_chars: int) -> str:
@@ -552,7 +589,7 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
     ranked = sorted(range(len(lines)), key=lambda i: (not _same_script(lines[i], query), i))
     out: list[str] = []
     for index in ranked[:COMPACT_LINES_PER_LESSON]:
-        line = clip(lines[index], COMPACT_LINE_CHARS)
+        line = clip(unwrap(lines[index]), COMPACT_LINE_CHARS)
         avoid = exp.experience_type == "failure_avoidance" and (roles[index] in _AVOID_ROLES or not exp.lesson)
         out.append(f"Avoid: {line}" if avoid and not line.lower().startswith(_NEGATED) else line)
     return out
@@ -583,12 +620,12 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
     which is what the provenance rule counts as shown for it."""
     full, updates = apply_provenance(data, lambda skill: "")
     candidates: list[str] = []
+    for exp in full:  # the lessons first, in their own words
+        candidates += compact_lines(exp, data.query)
     ordered = sorted(data.memories, key=lambda m: MEMORY_ORDER.get(m.memory_type, len(MEMORY_ORDER)))
     candidates += [clip(memory_line(m), COMPACT_LINE_CHARS) for m in ordered]
     candidates += [f"Avoid: {_unlabel(a)}" for a in data.repair_anti_pattern if a.strip()]
     candidates += [f"Prefer: {_unlabel(p)}" for p in data.repair_preference if p.strip()]
-    for exp in full:
-        candidates += compact_lines(exp, data.query)
     for exp in updates:
         candidates += [f"Avoid: {_unlabel(a)}" for a in exp.anti_pattern[:1]] + [
             _unlabel(p) for p in exp.preference[:1]
@@ -599,10 +636,16 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
         ][:2]
     for skill in data.skills:
         candidates += _compact_skill_lessons(skill)
-    if not candidates:
-        candidates += [_compact_skill_line(skill) for skill in data.skills]
-        candidates += [clip(t.summary, 200) for t in data.traces]
+    candidates = [line for line in candidates if data.values.passes(line)]
+    if not candidates:  # a skill that succeeded on such tasks, when no lesson came back: its summary
+        summaries = (_compact_skill_line(skill) for skill in data.skills)
+        candidates = [line for line in summaries if data.values.passes(line)]
+    if not candidates and reason == "tool_driven":
+        # a search someone asked for shows the steps it found; a turn's block stays empty when nothing else fits,
+        # since another task's steps are what a small model copies
+        candidates += [clip(t.summary, 200) for t in shown_traces(data)]
         candidates += [clip(e.task, 200) for e in data.episodes]
+        candidates = [line for line in candidates if data.values.passes(line)]
     head = [OPEN_TAG, COMPACT_NOTICE]
     used = sum(len(part) + 1 for part in head) + len(CLOSE_TAG)
     lines: list[str] = []

@@ -77,6 +77,7 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "boundary",
         "decision_guidance_json",
         "lesson_json",
+        "source_episodes_json",
         "salience",
         "confidence",
         "gain",
@@ -291,13 +292,14 @@ _EPISODE_CONTEXT = text(
     " (SELECT turn_id FROM turns WHERE episode_id = :e ORDER BY id DESC LIMIT 1) AS last_turn_id,"
     " (SELECT agent_text FROM traces WHERE episode_id = :e AND step_kind = 'reply'"
     "  ORDER BY ts DESC, rid DESC LIMIT 1) AS last_reply_text,"
-    " (SELECT max(ts) FROM traces WHERE episode_id = :e) AS last_trace_ts"
+    " (SELECT max(ts) FROM traces WHERE episode_id = :e) AS last_trace_ts,"
+    " (SELECT max(ts) FROM feedback WHERE episode_id = :e AND channel = 'explicit') AS last_verdict_ts"
 )
 
 
 def episode_context(db: Session, episode_id: str) -> Row[Any]:
-    """first_user_text, last_user_text, last_turn_id, last_reply_text, last_trace_ts of an episode (each None
-    when the episode has no such turn or step)."""
+    """first_user_text, last_user_text, last_turn_id, last_reply_text, last_trace_ts and last_verdict_ts (its
+    latest explicit feedback) of an episode (each None when the episode has no such turn, step or verdict)."""
     return db.execute(_EPISODE_CONTEXT, {"e": episode_id}).one()
 
 

@@ -179,7 +179,8 @@ async def test_all_tiers_recall_and_render_in_stable_order(search_core_factory: 
     block = result.injected_context
     order = [
         block.index(s)
-        for s in ("## Candidate skills", "## Relevant trace memories", "## Experiences", "## Environment knowledge")
+        # lessons first, then how-to and what holds, then the past itself
+        for s in ("## Experiences", "## Candidate skills", "## Environment knowledge", "## Relevant trace memories")
     ]
     assert order == sorted(order)
     assert 'memos_skill_get(id="sk_' in block

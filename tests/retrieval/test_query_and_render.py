@@ -225,3 +225,71 @@ def test_a_skill_summary_does_not_quote_the_request_it_was_learnt_on() -> None:
     for options in (RenderOptions(), RenderOptions(mode="compact")):
         shown = render_block(RenderInput(skills=[skill], query="parcels weight"), options=options)
         assert "weight is in lb" in shown and "4471" not in shown and "16.37" not in shown
+
+
+def _lesson(ref_id: str, line: str, episode: str = "ep_a", instance: tuple[str, ...] = ()) -> ExperienceSnippet:
+    return ExperienceSnippet(
+        ref_id=ref_id,
+        experience_type="repair_instruction",
+        title=line,
+        trigger="",
+        procedure=f"1. {line}",
+        verification="",
+        boundary="",
+        lesson=[line],
+        roles=["convention"],
+        instance=list(instance),
+        source_episodes=[episode],
+    )
+
+
+def test_the_lessons_come_first_in_their_own_words_without_another_tasks_values() -> None:
+    from memos_bridge.retrieval.engine import block_values
+    from memos_bridge.retrieval.render import MemorySnippet, TraceSnippet
+
+    lesson = _lesson("po_1", "Close, but the flow column is in litres: divide by 1000.", instance=("expected 4210.55",))
+    rejected = TraceSnippet(
+        ref_id="tr_1",
+        ts=0,
+        summary="summed the flow column",
+        user_text="",
+        agent_text="The total is 4210550.",
+        value=-0.8,
+        episode_id="ep_a",
+    )
+    other = TraceSnippet(
+        ref_id="tr_2",
+        ts=0,
+        summary="wrote the report",
+        user_text="",
+        agent_text="Wrote 912.75 to answer.json.",
+        value=-0.5,
+        episode_id="ep_b",
+    )
+    memory = MemorySnippet(ref_id="me_1", memory_type="rule", content="Report totals to 2 decimals.")
+    data = RenderInput(
+        experiences=[lesson],
+        traces=[rejected, other],
+        memories=[memory],
+        query="total flow in cubic metres",
+        repair_preference=["Prefer: it should be 4210.55"],
+    )
+    data.values = block_values(data, data.query, set())
+    compact = render_block(data, options=RenderOptions(mode="compact"))
+    lines = [line for line in compact.splitlines() if line.startswith("- ")]
+    assert lines[0] == "- The flow column is in litres: divide by 1000."  # first, without "Close, but"
+    assert "4210.55" not in compact and "912.75" not in compact  # another task's answer, whatever the line
+    full = render_block(data)
+    assert full.index("## Experiences") < full.index("## Remembered") < full.index("## Relevant trace memories")
+    assert "tr_1" not in full  # rejected, and the lesson learnt on its task is shown
+    assert "id=tr_2" in full and "[a rejected attempt]" in full  # rejected, no lesson covers it: marked
+    assert "912.75" not in full and "4210.55" not in full
+
+
+def test_a_turns_compact_block_is_empty_when_only_past_steps_came_back() -> None:
+    from memos_bridge.retrieval.render import TraceSnippet
+
+    step = TraceSnippet(ref_id="tr_9", ts=0, summary="read the depot log", user_text="", agent_text="ok", value=0.4)
+    data = RenderInput(traces=[step], query="depot totals")
+    assert render_block(data, options=RenderOptions(mode="compact")) == ""
+    assert "read the depot log" in render_block(data, reason="tool_driven", options=RenderOptions(mode="compact"))

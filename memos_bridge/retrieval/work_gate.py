@@ -1,0 +1,143 @@
+"""Which recalled lessons are about the work a request asks for.
+
+A lesson holds for the work it was learnt on: one system's records, one project's files. A request often names
+neither (“how many scans were refused on Saturday?”), and the lesson's own words are about data every project has
+("times", "readings", "amounts"), so neither the request's words nor the lesson's say whose lesson it is. What does
+is the request it was learnt on: a lesson keeps those requests as vectors (`ExperienceSnippet.contexts`), and
+requests of one piece of work are close in meaning (`rules.work`).
+
+The gate groups the recalled lessons into works — two lessons are of one work when one of the requests the one
+was learnt on is close to one of the other's, or when they were learnt on the same files — and keeps the works
+whose closest request is close to this request and about as close as the closest work's (`WORK_MARGIN`). So the
+sibling lessons of the closest work come back together, although each was learnt on another task of it, and a
+look-alike request of another project does not bring that project's lessons. On top of that:
+
+* learnt in this very session (a host session is usually one piece of work), a lesson needs only
+  `SESSION_SIMILARITY`;
+* a request that names files or a company that a lesson's work does not name is about another subject: the lesson
+  stays out unless it came from this session;
+* a lesson whose terms the request names (a field, a flag, a code) comes back when the request is at least
+  `NAMED_SIMILARITY` close to its work and that work is not far below the closest (`NAMED_MARGIN`).
+
+Pure: the caller hands in the lessons' vectors and terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from memos_bridge.rules.subjects import FILE, owner_names, same_inputs
+from memos_bridge.rules.work import SAME_WORK_SIMILARITY
+
+#: A work comes back when its closest request is at least this close …
+WORK_SIMILARITY: Final = SAME_WORK_SIMILARITY
+#: … and no more than this below the closest work's.
+WORK_MARGIN: Final = 0.08
+#: A lesson learnt in the same session comes back at this closeness.
+SESSION_SIMILARITY: Final = 0.35
+#: A lesson whose terms the request names comes back at this closeness, its work within `NAMED_MARGIN`.
+NAMED_SIMILARITY: Final = 0.45
+NAMED_MARGIN: Final = 0.2
+
+
+@dataclass
+class LessonView:
+    """What the gate knows of one recalled lesson."""
+
+    ref_id: str
+    contexts: list[np.ndarray]
+    terms: list[str] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
+    #: whether the request names one of its terms (the caller's test: `rules.subjects.mentions`)
+    named: bool = False
+
+
+@dataclass(frozen=True)
+class RequestView:
+    vector: np.ndarray
+    text: str
+    session_id: str | None = None
+    #: the files the request is about (not the ones it asks to be written)
+    files: Sequence[str] = ()
+
+
+def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
+    """The ids of the lessons about the request's work (module docstring)."""
+    if not lessons:
+        return set()
+    closeness = [_closest(request.vector, lesson.contexts) for lesson in lessons]
+    works = _works(lessons)
+    work_best: dict[int, float] = {}
+    for index, work in enumerate(works):
+        work_best[work] = max(work_best.get(work, -1.0), closeness[index])
+    best = max(work_best.values())
+    companies = {name.casefold() for name in owner_names(request.text)}
+    kept: set[str] = set()
+    for index, lesson in enumerate(lessons):
+        close = closeness[index]
+        own_work = work_best[works[index]]
+        this_session = bool(request.session_id) and request.session_id in lesson.sessions
+        if this_session and close >= SESSION_SIMILARITY:
+            kept.add(lesson.ref_id)
+            continue
+        if _other_subject(lesson, request, companies):
+            continue
+        if (own_work >= WORK_SIMILARITY and own_work >= best - WORK_MARGIN) or (
+            lesson.named and own_work >= NAMED_SIMILARITY and own_work >= best - NAMED_MARGIN
+        ):
+            kept.add(lesson.ref_id)
+    return kept
+
+
+def _closest(vector: np.ndarray, contexts: Sequence[np.ndarray]) -> float:
+    return max((float(np.dot(vector, context)) for context in contexts), default=-1.0)
+
+
+def _works(lessons: Sequence[LessonView]) -> list[int]:
+    """The work of each lesson (an index shared by the lessons of one work): lessons are joined when two of their
+    requests are close (`SAME_WORK_SIMILARITY`) or their files say they are about the same inputs."""
+    parent = list(range(len(lessons)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def join(i: int, j: int) -> None:
+        parent[find(i)] = find(j)
+
+    owners = [i for i, lesson in enumerate(lessons) for _ in lesson.contexts]
+    if owners:
+        matrix = np.stack([context for lesson in lessons for context in lesson.contexts])
+        close = matrix @ matrix.T >= SAME_WORK_SIMILARITY
+        for a, b in zip(*np.nonzero(close), strict=True):
+            if owners[a] != owners[b]:
+                join(owners[a], owners[b])
+    files = [_files(lesson.terms) for lesson in lessons]
+    for i in range(len(lessons)):
+        for j in range(i + 1, len(lessons)):
+            if files[i] and files[j] and same_inputs(files[i], files[j]):
+                join(i, j)
+    return [find(i) for i in range(len(lessons))]
+
+
+def _files(terms: Sequence[str]) -> list[str]:
+    return [term for term in terms if FILE.fullmatch(term)]
+
+
+def _other_subject(lesson: LessonView, request: RequestView, companies: set[str]) -> bool:
+    """Whether the request names files or a company, and the lesson's work names others (and none of these)."""
+    theirs = _files(lesson.terms)
+    if request.files and theirs and not same_inputs(theirs, request.files):
+        return True
+    their_companies = {term.casefold() for term in lesson.terms if _is_company(term)}
+    return bool(companies and their_companies and not companies & their_companies)
+
+
+def _is_company(term: str) -> bool:
+    return bool(owner_names(term)) and owner_names(term)[0] == term

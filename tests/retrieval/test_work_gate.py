@@ -1,0 +1,65 @@
+"""The work gate: recalled lessons come back for the work they were learnt on, judged by the requests they were
+learnt on (synthetic unit vectors stand in for the model's)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memos_bridge.retrieval.work_gate import LessonView, RequestView, select
+
+
+def unit(*weights: float) -> np.ndarray:
+    vec = np.zeros(8, dtype=np.float32)
+    vec[: len(weights)] = weights
+    return vec / np.linalg.norm(vec)
+
+
+# three kinds of work: each request of one work is close to the others of it
+GATES_A, GATES_B = unit(1, 0.3, 0, 0), unit(1, 0, 0.3, 0)
+WEIGH_A = unit(0, 0, 0.2, 1)
+REQUEST = RequestView(unit(1, 0.15, 0.15, 0), "How many scans on Saturday?")
+
+
+def test_the_lessons_of_the_closest_work_come_back_together_and_other_work_stays_out() -> None:
+    lessons = [
+        LessonView("po_clock", [GATES_A]),
+        LessonView("po_refused", [GATES_B]),  # learnt on a sibling task: joined through the work
+        LessonView("po_weigh", [WEIGH_A]),
+    ]
+    assert select(lessons, REQUEST) == {"po_clock", "po_refused"}
+
+
+def test_a_look_alike_request_of_other_work_below_the_margin_brings_nothing() -> None:
+    request = RequestView(unit(1, 0, 0), "How many scans on Saturday?")
+    own = unit(0.75, 0.66, 0)  # 0.75 from the request
+    other = unit(0.62, -0.3, 0.725)  # 0.62: close enough alone, but far from the own work and below its margin
+    lessons = [LessonView("po_own", [own]), LessonView("po_other", [other])]
+    assert select(lessons, request) == {"po_own"}
+    assert select([LessonView("po_other", [other])], request) == {"po_other"}  # alone, it is the closest work
+
+
+def test_nothing_comes_back_when_no_work_is_close() -> None:
+    assert select([LessonView("po_weigh", [WEIGH_A])], REQUEST) == set()
+
+
+def test_a_request_naming_other_files_keeps_out_a_lesson_of_other_files_unless_learnt_in_this_session() -> None:
+    lessons = [LessonView("po_a", [GATES_A], terms=["lift_scans_jan.csv"], sessions=["se_1"])]
+    other_files = RequestView(REQUEST.vector, "Total of depot_log.csv", files=["depot_log.csv"])
+    assert select(lessons, other_files) == set()
+    sibling = RequestView(REQUEST.vector, "Total of lift_scans_feb.csv", files=["lift_scans_feb.csv"])
+    assert select(lessons, sibling) == {"po_a"}
+    same_session = RequestView(REQUEST.vector, "Total of depot_log.csv", "se_1", files=["depot_log.csv"])
+    assert select(lessons, same_session) == {"po_a"}
+
+
+def test_a_lesson_learnt_in_this_session_needs_less_closeness() -> None:
+    loose = unit(1, 0, 0, 1.6)  # about 0.5 from the request
+    lesson = LessonView("po_s", [loose], sessions=["se_9"])
+    assert select([lesson], REQUEST) == set()
+    assert select([lesson], RequestView(REQUEST.vector, REQUEST.text, "se_9")) == {"po_s"}
+
+
+def test_a_lesson_whose_terms_the_request_names_needs_less_closeness() -> None:
+    loose = unit(1, 0, 0, 1.4)
+    assert select([LessonView("po_n", [loose])], REQUEST) == set()
+    assert select([LessonView("po_n", [loose], named=True)], REQUEST) == {"po_n"}
