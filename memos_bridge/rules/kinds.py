@@ -2,7 +2,7 @@
 
 Data conventions come in a few kinds, the same in every domain: a quantity's unit or scale ("in tenths", "÷ 1000",
 "cents"), a clock's time zone or offset ("UTC", "add 2 hours", "local time"), a calendar boundary or date order
-("day-first", "the week starts on Monday", "the fiscal year starts in July"), rows left out ("skip the voided
+("day-first", "the week starts on Monday", "the financial year opens in April"), rows left out ("skip the voided
 ones", "don't count test rows"), a value that stands for "missing" ("999 means no reading", "placeholder"), a
 written format ("decimal comma", "surname first", "pad to six digits"), an option of a tool or a request ("--flag",
 "header"), and duplicates ("a re-run replaces the first result", "the same row twice"). Two sentences of one
@@ -37,7 +37,7 @@ _KINDS: Final[dict[str, re.Pattern[str]]] = {
         r"[+−-]\s?\d{1,2}(?::\d\d)?\s*(?:h\b|hours?)|\b(?:add|adding|subtract|subtracting|plus|minus|shift\w*)\s+"
         r"(?:\w+\s+)?\d{1,2}\s*(?:h\b|hours?)|\b(?:\d{1,2}|one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
         r"twelve)\s+hours?\s+(?:ahead|behind|later|earlier|offset)|\bto\s+get\s+(?:the\s+)?[\w-]+\s+time\b|"
-        r"时区|本地时间|当地时间|世界时|北京时间|东\d+区|小时时差|(?:加|减|加上|减去)\s*\d{1,2}\s*个?小时",
+        r"时区|本地时间|世界时|当地时间|北京时间|东\d+区|小时时差|(?:加|减|加上|减去)\s*\d{1,2}\s*个?小时",
         re.IGNORECASE,
     ),
     "calendar": re.compile(

@@ -62,13 +62,15 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 #: word's end" would find a lesson in an id: out of 300 runs with the ids re-drawn, 27 counted 2–4 tasks as
 #: carrying another family's lesson when none did.
 SERVICE_ID = re.compile(rf"\b(?:{'|'.join(map(re.escape, PREFIXES.values()))})[{CROCKFORD}]{{12}}\b")
-#: The service's own words in an injected block — headings, labels, notices, tool hints — are not lessons: a key
+#: The service's own words in an injected block — headings, labels, notices, tool hints, the time stamp it puts on
+#: a past step — are not lessons: a key
 #: term must not be credited (or blamed) because a label such as "Avoid:" contains it.
 _BOILERPLATE = re.compile(
     r"</?relevant-memories>|^\s*#.*$|^UNTRUSTED DATA.*$|^Notes recalled.*$|^Follow-up tools:.*$|"
     r"\[(?:failure to avoid|what worked|correction \(not yet confirmed by a success\)|user preference|"
     r"repair confirmed by a later success|procedure|update to a recalled skill|verifier feedback)\]|"
-    r"^\s*(?:Trigger|Fix|Avoid|Do|Check|Scope|Prefer|Instead|Timeline):|\b(?:Avoid|Prefer|Fix):\s|\(id=\w+\)",
+    r"^\s*(?:Trigger|Fix|Avoid|Do|Check|Scope|Prefer|Instead|Timeline):|\b(?:Avoid|Prefer|Fix):\s|\(id=\w+\)|"
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d UTC\]",
     re.MULTILINE,
 )
 
@@ -268,11 +270,26 @@ def measure(
     recalled = [c for c in needed if family.conventions[c].carried_by(injected)]
     extra = [c for c in sorted(mine - set(task.needs)) if family.conventions[c].carried_by(injected)]
     unrelated: list[str] = []
+    # Judged item by item (a line, or a numbered entry with its body): an item that carries a lesson of this
+    # family is this family's, even when another family's key terms happen to match it too (two families with
+    # a "cents" convention); an item that carries none of this family's lessons and another family's is unrelated.
+    foreign_items = [
+        item for item in block_items(injected) if not any(c.carried_by(item) for c in family.conventions.values())
+    ]
+    foreign_text = "\n".join(foreign_items)
     for name, conventions in taught.items():
         if name == family.name:
             continue
         other = next(f for f, _ in earlier if f.name == name)
-        unrelated += [f"{name}/{c}" for c in sorted(conventions) if other.conventions[c].carried_by(injected)]
+        unrelated += [
+            f"{name}/{c}"
+            for c in sorted(conventions)
+            if other.conventions[c].carried_by(injected)
+            and (
+                other.conventions[c].carried_by(foreign_text)
+                or any(other.conventions[c].carried_by(i) for i in foreign_items)
+            )
+        ]
     same_task = {task.id, task.retry_of} - {None}
     own = values_in(task.prompt) | {v.casefold() for v in instance_values(task)} | input_values(family, task)
     for other_family, other_task in earlier:
@@ -292,7 +309,9 @@ def measure(
     present = values_in(injected)
     lowered = injected.casefold()
     leaked: set[str] = set()
+    # numbers of a rule: after an operator in any feedback ("÷ 100"), or in the family's own oracle lessons
     rule_numbers = values_in(_rule_numbers(lesson_texts))
+    rule_numbers |= values_in(" ".join(c.oracle for c in family.conventions.values()))
     for other_family, other_task in earlier:
         theirs = instance_values(other_task) | set(attempts.get((other_family.name, other_task.id), ()))
         for value in theirs - own:
@@ -317,11 +336,25 @@ def input_values(family: Family, task: Task) -> set[str]:
     return out
 
 
+_ITEM_START = re.compile(r"\n(?=\s*(?:\d+\.\s|[-*•]\s|#))")
+
+
+def block_items(text: str) -> list[str]:
+    """The items of an injected text: its numbered entries (each with its indented body) and bullet lines; a
+    text without such structure (a pasted feedback) is one item per line."""
+    items = [item.strip() for item in _ITEM_START.split(text) if item.strip()]
+    if len(items) <= 1:
+        items = [line.strip() for line in text.splitlines() if line.strip()]
+    return items
+
+
 def _rule_numbers(text: str) -> str:
-    """The numbers feedback gives as parameters of a rule ("by 0.4536", "÷100", "+10 hours")."""
-    return " ".join(
-        m.group(1) for m in re.finditer(r"(?:by|[×x*/÷]|乘以|除以|加|减|UTC|GMT)\s*[-+]?\s*(\d[\d,]*(?:\.\d+)?)", text)
-    )
+    """The numbers feedback gives as parameters of a rule ("by 0.4536", "÷100", "+10 hours", "in 0.1 °C units")."""
+    operated = re.finditer(r"(?:by|[×x*/÷]|乘以|除以|加|减|UTC|GMT)\s*[-+]?\s*(\d[\d,]*(?:\.\d+)?)", text)
+    unit_sizes = re.finditer(
+        r"(\d[\d,]*(?:\.\d+)?)\s*(?:°\s*[CF]|[A-Za-z%]{1,4})?\s+units?\b", text
+    )  # "in 0.1 °C units"
+    return " ".join(m.group(1) for m in (*operated, *unit_sizes))
 
 
 # ---------------------------------------------------------------------------------------------------------

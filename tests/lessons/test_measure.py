@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from lessons.corpus import Convention
-from lessons.evaluate import lesson_words
+from pathlib import Path
+
+from lessons.corpus import Convention, Family, Task
+from lessons.evaluate import lesson_words, measure
 
 from memos_bridge.ids import CROCKFORD, PREFIXES, new_id
 
@@ -31,3 +33,27 @@ def test_every_kind_of_service_id_is_stripped_and_nothing_else() -> None:
     # field names and look-alikes (lower case, one character too many, an unknown prefix) are not ids
     for word in ("water_ml", "released_at", f"fb_{tail.lower()}", f"fb_{tail}X", f"zz_{tail}"):
         assert word in lesson_words(f"use {word} here"), word
+
+
+def _family(name: str, *conventions: Convention) -> Family:
+    return Family(name, "dev", "units and scales", name.title(), "", {c.id: c for c in conventions}, (), Path("."))
+
+
+def test_another_familys_lesson_counts_only_in_an_item_that_carries_none_of_this_familys() -> None:
+    """Two families with a convention in cents: this family's own cents lesson is not another family's lesson;
+    an item that carries only the other family's lesson is."""
+    mine = _family("ledger", Convention("fee", "fees in cents", "fees are cents", (r"\bfee", r"\bcents?\b")))
+    theirs = _family("tolls", Convention("toll", "tolls in cents", "tolls are cents", (r"\bcents?\b",)))
+    task = Task("lg-2", "Average fee in euros?", (), "answer.json", ("fee",), {"avg": 12.5}, {"avg": 1250}, 0.01, {})
+    taught = {"ledger": {"fee"}, "tolls": {"toll"}}
+    earlier = [(mine, task), (theirs, task)]
+    own_only = "- The fee column is in cents: divide by 100."
+    record = measure(mine, task, "terse", own_only, taught, earlier, "", "")
+    assert record.recalled == ["fee"] and record.unrelated == []
+    with_other = own_only + "\n- Toll amounts are in cents too."
+    assert measure(mine, task, "terse", with_other, taught, earlier, "", "").unrelated == ["tolls/toll"]
+
+
+def test_the_time_stamp_the_service_puts_on_a_past_step_is_not_a_lesson() -> None:
+    clock = Convention("hmm", "H:MM", "durations as H:MM", (r"\b\d:\d\d\b",))
+    assert not clock.carried_by(lesson_words("1. [2023-11-22 07:29 UTC] id=tr_7Y8XX8P7TE4D"))

@@ -22,7 +22,7 @@ def lessons(text: str, context: InstanceContext = ATTEMPT) -> list[list[str]]:
     [
         ("The gate log is written in UTC.", "clock"),
         ("Add 3 hours to get the depot's local time.", "clock"),
-        ("它的时间是世界时，要加 8 小时换成本地时间。", "clock"),
+        ("这些时间按世界时记录，本地要再加 8 个小时。", "clock"),
         ("The pressure column is in tenths of a bar.", "scale"),
         ("Convert to cubic metres before summing.", "scale"),
         ("durations are milliseconds, not seconds", "scale"),
