@@ -21,6 +21,7 @@ from typing import Any
 
 from lessons.agent_eval import ARMS, AgentSettings, ArmRun, Attempt, learnable, run_arm
 from lessons.corpus import SPLITS, Family, load_corpus
+from lessons.evaluate import SESSIONS
 from skillflow.runner import served_model
 
 
@@ -60,6 +61,7 @@ def summary(runs: Sequence[ArmRun], families: Sequence[Family]) -> dict[str, Any
     out["meanMemoryChars"] = {
         run.arm: round(sum(a.memory_chars for a in run.attempts) / max(1, len(run.attempts))) for run in runs
     }
+    out["leakedValues"] = {run.arm: sum(len(a.leaked) for a in run.attempts) for run in runs}
     return out
 
 
@@ -100,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="add the arms not run now from an earlier --out file (same model, prompts and seed: none, naive and "
         "oracle do not depend on the service, so a service change needs only the service arm re-run)",
     )
+    parser.add_argument(
+        "--sessions",
+        choices=SESSIONS,
+        default="task",
+        help="task: a session per task, hours apart; family: one session per family, tasks minutes apart",
+    )
     parser.add_argument("--seed", type=int, default=AgentSettings.seed, help="the model's sampling seed")
     parser.add_argument(
         "--temperature", type=float, default=AgentSettings.temperature, help="first attempt's temperature"
@@ -126,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 plan.append((arm, "full" if args.render == "full" else "compact"))
         for arm, render in plan:
-            run = run_arm(arm, families, settings, render=render, progress=_progress)
+            run = run_arm(arm, families, settings, render=render, progress=_progress, sessions=args.sessions)
             if arm == "service" and render == "full" and args.render == "both":
                 run.arm = "service-full"
                 for attempt in run.attempts:

@@ -25,7 +25,9 @@ from typing import Any, Final
 
 from memos_bridge.rules.block_filter import NO_VALUES, BlockValues
 from memos_bridge.rules.instance import instance_specific
+from memos_bridge.rules.kinds import rule_kinds
 from memos_bridge.rules.lessons import unwrap
+from memos_bridge.rules.subjects import numbers, subject_of
 from memos_bridge.rules.text import clip, is_tool_call_line, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
@@ -586,13 +588,26 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
         step for step in numbered_steps(exp.procedure) if not instance_specific(step) and not is_tool_call_line(step)
     ]
     roles = exp.roles if len(exp.roles) == len(exp.lesson) and exp.lesson else [""] * len(lines)
-    ranked = sorted(range(len(lines)), key=lambda i: (not _same_script(lines[i], query), i))
+    usable = [i for i in range(len(lines)) if roles[i] not in _NOT_A_LESSON]
+    # the lines in the request's script first, then those that say most (a kind of rule, names, units, numbers)
+    ranked = sorted(usable, key=lambda i: (not _same_script(lines[i], query), -_says(lines[i]), i))
+    chosen = sorted(ranked[:COMPACT_LINES_PER_LESSON])  # shown in the order they were said
     out: list[str] = []
-    for index in ranked[:COMPACT_LINES_PER_LESSON]:
+    for index in chosen:
         line = clip(unwrap(lines[index]), COMPACT_LINE_CHARS)
         avoid = exp.experience_type == "failure_avoidance" and (roles[index] in _AVOID_ROLES or not exp.lesson)
         out.append(f"Avoid: {line}" if avoid and not line.lower().startswith(_NEGATED) else line)
     return out
+
+
+#: Roles of a stored line that are never a lesson to show (praise kept on a success record, a complaint).
+_NOT_A_LESSON = frozenset({"praise", "complaint", "other", "instance"})
+
+
+def _says(line: str) -> int:
+    """How much a lesson line states on its own: its kinds of rule, names, units and numbers."""
+    subject = subject_of(line, numbers(line))
+    return len(rule_kinds(line)) + len(subject.identifiers) + len(subject.units) + len(subject.numbers)
 
 
 def _compact_skill_line(skill: SkillSnippet) -> str:

@@ -99,7 +99,8 @@ def _closest(vector: np.ndarray, contexts: Sequence[np.ndarray]) -> float:
 
 def _works(lessons: Sequence[LessonView]) -> list[int]:
     """The work of each lesson (an index shared by the lessons of one work): lessons are joined when two of their
-    requests are close (`SAME_WORK_SIMILARITY`) or their files say they are about the same inputs."""
+    requests are close (`SAME_WORK_SIMILARITY`) or their files say they are about the same inputs; never when
+    both were learnt on files and the files differ (requests in one harness's words look alike across work)."""
     parent = list(range(len(lessons)))
 
     def find(i: int) -> int:
@@ -111,17 +112,21 @@ def _works(lessons: Sequence[LessonView]) -> list[int]:
     def join(i: int, j: int) -> None:
         parent[find(i)] = find(j)
 
+    files = [_files(lesson.terms) for lesson in lessons]
+
+    def other_files(i: int, j: int) -> bool:  # learnt on different files: different work, however alike the words
+        return bool(files[i] and files[j]) and not same_inputs(files[i], files[j])
+
     owners = [i for i, lesson in enumerate(lessons) for _ in lesson.contexts]
     if owners:
         matrix = np.stack([context for lesson in lessons for context in lesson.contexts])
         close = matrix @ matrix.T >= SAME_WORK_SIMILARITY
         for a, b in zip(*np.nonzero(close), strict=True):
-            if owners[a] != owners[b]:
+            if owners[a] != owners[b] and not other_files(owners[a], owners[b]):
                 join(owners[a], owners[b])
-    files = [_files(lesson.terms) for lesson in lessons]
     for i in range(len(lessons)):
         for j in range(i + 1, len(lessons)):
-            if files[i] and files[j] and same_inputs(files[i], files[j]):
+            if files[i] and files[j] and not other_files(i, j):
                 join(i, j)
     return [find(i) for i in range(len(lessons))]
 

@@ -73,6 +73,25 @@ _DEFINED_BEFORE: Final = re.compile(
     r"占位值?|哨兵值?|特殊值|故障码|错误码)\s*(?:of|is|=|:|：)?\s*[`'\"“]?$",
     re.IGNORECASE,
 )
+#: A number that is a value found in the data, not a result: seen in it ("whenever you see 999", "a few days show
+#: 999", "rows with 999", "entries of 999"), or said right after it not to be a real value ("999 isn't a weight,
+#: it's what the meter writes when…", "999 — that's the sensor telling us it dropped out"). A result is said
+#: otherwise ("should be", "you got", "came to"); a value of the data that way is a marker the rule is about.
+_IN_DATA_BEFORE: Final = re.compile(
+    r"\b(?:see|seeing|sees|shows?|showing|shown|reads?|reading|readings?\s+of|entries\s+of|values?\s+of|"
+    r"(?:rows?|records?|lines?|entries|days?|loads?|cells?)\s+(?:with|of|showing|reading|holding|at)|any|every|"
+    r"contains?|containing|carr(?:y|ies|ying)|holds?|holding|logged\s+as|recorded\s+as|written\s+as|flagged|marked|"
+    r"tagged|the)\s*[`'\"“]?$|(?:出现|看到|显示|写着|记为|标为|等于)\s*$",
+    re.IGNORECASE,
+)
+_NOT_A_VALUE_AFTER: Final = re.compile(
+    r"^\s*[`'\"”]?\s*(?:\w+\s+){0,2}?(?:[,;:—–-]+\s*)?(?:(?:that|which|it|this)\s*(?:'s|is|are)?\s+)?"
+    r"(?:(?:'s|is|are|isn'?t|aren'?t|is\s+not|are\s+not|was\s+not|wasn'?t)\s+)?(?:not\s+|never\s+)?"
+    r"(?:a\s+real|an?\s+actual|a\s+valid|what\s+\w+|the\s+\w+\s+(?:telling|saying|reporting)|"
+    r"an?\s+(?:weight|reading|measurement|count|value|number|price|temperature|time|figure|amount)\b|trap\b)|"
+    r"^\s*(?:不是|并不是|并非)(?:真实|实际|有效)?的?",
+    re.IGNORECASE,
+)
 #: A plural noun and "of" before a small number: a group size ("boxes of 12", "packs of 6").
 _GROUP_OF: Final = re.compile(r"\b[a-z]{3,}s\s+of\s*$", re.IGNORECASE)
 #: Right after a number, these make it a precision or a size in a rule ("2 decimals", "3 digits", "2 位小数").
@@ -321,6 +340,10 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
         return "protected"
     if _DEFINED_AS.match(sentence[number.end : number.end + 60]) or _DEFINED_BEFORE.search(before):
         return "protected"  # a sentinel or a marker code: the value the convention is about
+    if not context.has_value(number) and (
+        _IN_DATA_BEFORE.search(before) or _NOT_A_VALUE_AFTER.match(sentence[number.end : number.end + 60])
+    ):
+        return "protected"  # a value of the data said not to be a real one: the marker the rule is about
     if _EXAMPLE_BEFORE.search(before) and _FORMATTED.match(sentence[number.start :]):
         return "protected"  # "like 5:10", "e.g. 08/01/2024": a value shown to illustrate a format
     if _RANGE_BEFORE.search(before):

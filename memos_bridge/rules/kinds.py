@@ -53,6 +53,8 @@ _KINDS: Final[dict[str, re.Pattern[str]]] = {
     "exclude": re.compile(
         r"\b(?:exclud\w*|skip\w*|drop\w*|ignor\w*|omit\w*|leave\s+(?:\w+\s+)?out|left\s+out|filter\w*\s+out|"
         r"(?:don'?t|doesn'?t|do\s+not|does\s+not|never|not|no\s+longer)\s+(?:\w+\s+)?count\w*|remove\w*|"
+        r"(?:throw|thrown|threw|take|taken|took|keep|kept|come|leave|left)\s+(?:\w+\s+)?out|not\s+(?:averaged|summed|"
+        r"added|included)\s+in|"
         r"voided|void|cancel+ed|refused|rejected|comped|reversal|reversed|test\s+(?:rows?|runs?|records?|"
         r"entries|sessions|accounts?)|internal|decommissioned|out\s+of\s+(?:the\s+)?(?:total|sum|average|count))\b|"
         r"排除|不计|不算|去掉|剔除|跳过|忽略|不要算|别算|不应计|作废|撤销|测试",
@@ -61,7 +63,7 @@ _KINDS: Final[dict[str, re.Pattern[str]]] = {
     "missing": re.compile(
         r"\b(?:placeholders?|sentinels?|fillers?|dummy|missing|unknown|no\s+(?:reading|data|value|read|record)s?|"
         r"not\s+(?:recorded|read|weighed|measured|available|entered|known)|null|n/?a|blank|offline|"
-        r"no[- ]?(?:start[- ])?read|fault\s+code|error\s+code)\b|"
+        r"no[- ]?(?:start[- ])?read|fault\s+codes?|error\s+codes?|faults?|not\s+(?:a\s+)?(?:real|valid|actual)\b)\b|"
         r"缺失|占位|没有读数|没读到|未读到|未记录|空值|离线|故障",
         re.IGNORECASE,
     ),

@@ -731,6 +731,12 @@ def parameters_conflict(a: Subject, b: Subject) -> bool:
     return bool(a.dimensions and b.dimensions and not a.dimensions & b.dimensions)
 
 
+def particular_numbers(subject: Subject) -> set[str]:
+    """A lesson's numbers of three or more significant digits (`65535`, `0.4536`): values no other rule of the
+    same work is likely to share by chance."""
+    return {n for n in subject.numbers if len(n.replace(".", "").replace("-", "").strip("0")) >= 3}
+
+
 def strong_numbers(subject: Subject) -> set[str]:
     return {n for n in subject.numbers if n not in _WEAK_NUMBERS}
 
@@ -757,6 +763,8 @@ def convention_overlap(
     if kinds is not None and same_context and not (a.names and b.names and not shared_names):
         if kinds_meet(*kinds) and not parameters_conflict(a, b):
             return True  # one kind of rule on one field (or on a field one side leaves unnamed)
+        if particular_numbers(a) & particular_numbers(b):
+            return True  # the same particular value on the same work (a sentinel, a factor): one convention
         if kinds_differ(*kinds) and not shared_names:
             return False  # another kind of rule on the same inputs: another convention
     if shared_names:

@@ -33,7 +33,15 @@ from skillflow.llm_agent import continue_chat
 from skillflow.script_agent import default_prefill, extract_script, file_head, run_script
 
 from lessons.corpus import Family, Task, answers_match
-from lessons.evaluate import SERVICE_ENV, feedback_params, style_of
+from lessons.evaluate import (
+    SERVICE_ENV,
+    feedback_params,
+    input_values,
+    instance_values,
+    session_id,
+    style_of,
+    values_in,
+)
 from memos_bridge.client import ServiceClient
 
 ARMS: tuple[str, ...] = ("none", "naive", "service", "oracle")
@@ -79,6 +87,8 @@ class Attempt:
     completion_tokens: int
     seconds: float
     script: str = ""
+    #: values of other tasks of the run (their answers and the numbers their scripts typed in) in the memory text
+    leaked: list[str] = field(default_factory=list)
 
 
 def user_message(task: Task, data: Path, memory: str, settings: AgentSettings) -> str:
@@ -157,10 +167,17 @@ def learnable(family: Family) -> set[str]:
     return out
 
 
+#: What a verifier says when an agent gets a task wrong that no house convention affects (a praised task failed
+#: by a bug): the values, no lesson.
+PLAIN_FAILURE = "The answer does not match the expected one."
+
+
 def _pasted(task: Task, style: str, passed: bool) -> str:
     """What a user pastes for the naive arm: the feedback as given (a verifier payload with its values)."""
     if passed:
         return f"{task.id}: Correct."
+    if task.passes:
+        return f"{task.id}: {PLAIN_FAILURE} (expected {json.dumps(task.expected, ensure_ascii=False)})"
     text = task.feedback_text(style)
     if style == "verifier_payload":
         expected = json.dumps(task.expected, ensure_ascii=False)
@@ -187,8 +204,10 @@ def run_arm(
     render: str = "compact",
     progress: Callable[[str], None] | None = None,
     service_env: dict[str, str] | None = None,
+    sessions: str = "task",
 ) -> ArmRun:
-    """Every family's tasks in order with one memory arm (module docstring)."""
+    """Every family's tasks in order with one memory arm (module docstring). `sessions` as in the rule evaluation
+    (`lessons.evaluate.SESSIONS`); a retry runs in the session of the task it retries, minutes after it."""
     started = time.perf_counter()
     out = ArmRun(arm)
     http = httpx.Client(base_url=settings.base_url.rstrip("/") + "/", timeout=settings.timeout_s)
@@ -199,16 +218,18 @@ def run_arm(
             log = (scratch / "service.log").open("wb")
             service = ServiceClient.spawn(scratch / "home", env={**SERVICE_ENV, **(service_env or {})}, stderr=log)
         ts = 1_700_000_000_000
+        seen: list[tuple[Family, Task, set[str]]] = []  # earlier tasks and the values their attempts produced
         for family in families:
             pasted: list[str] = []
+            ts += 3 * 3_600_000
             for index, task in enumerate(family.tasks):
                 style = style_of("mixed", index)
-                ts += 3 * 3_600_000
+                ts += 5 * 60_000 if sessions == "family" or task.retry_of else 3 * 3_600_000
                 workspace = scratch / family.name / task.id
                 shutil.copytree(family.data_dir, workspace)
                 memory = ""
                 episode = ""
-                session = f"{family.name}-{task.id}"
+                session = session_id(family, task, sessions)
                 if arm == "naive":
                     memory = "\n".join(f"- {text}" for text in pasted)
                 elif arm == "oracle":
@@ -231,6 +252,8 @@ def run_arm(
                 trial = solve(http, task, workspace, memory, settings)
                 seconds = time.perf_counter() - t0
                 passed = trial["error"] is None and answers_match(task.expected, trial["answer"], task.tolerance)
+                leaked = _leaked(memory, family, task, seen)
+                seen.append((family, task, _attempt_values(trial)))
                 out.attempts.append(
                     Attempt(
                         family.name,
@@ -247,6 +270,7 @@ def run_arm(
                         trial["completionTokens"],
                         round(seconds, 1),
                         trial["script"],
+                        leaked,
                     )
                 )
                 pasted.append(_pasted(task, style, passed))
@@ -261,6 +285,31 @@ def run_arm(
         shutil.rmtree(scratch, ignore_errors=True)
     out.wall_s = round(time.perf_counter() - started, 1)
     return out
+
+
+def _attempt_values(trial: dict[str, Any]) -> set[str]:
+    """The values an attempt produced: its answer and the numbers its script typed in (three or more digits, or
+    with decimals)."""
+    text = f"{json.dumps(trial.get('answer'), default=str)}\n{trial.get('script') or ''}"
+    return {v for v in values_in(text) if sum(c.isdigit() for c in v) >= 3 or "." in v}
+
+
+def _leaked(memory: str, family: Family, task: Task, seen: Sequence[tuple[Family, Task, set[str]]]) -> list[str]:
+    """Values of other tasks in a memory text: their expected and naive answers and what their attempts produced,
+    unless this task's prompt or input names them (or the task this one retries produced them)."""
+    if not memory:
+        return []
+    own = values_in(task.prompt) | input_values(family, task) | {v.casefold() for v in instance_values(task)}
+    present = values_in(memory)
+    lowered = memory.casefold()
+    out: set[str] = set()
+    for other_family, other, produced in seen:
+        if other_family.name == family.name and other.id in {task.id, task.retry_of}:
+            continue
+        for value in (instance_values(other) | produced) - own:
+            if value in present if value.replace(".", "").replace("-", "").isdigit() else value in lowered:
+                out.add(value)
+    return sorted(out)
 
 
 def _teach(
@@ -300,8 +349,29 @@ def _teach(
         timeout=120,
     )
     trace_ids = list(ended.get("traceIds") or [])
-    if passed:
-        params: dict[str, Any] = {
+    params: dict[str, Any]
+    if task.passes and passed:  # the family's own praise of a right answer
+        params = feedback_params(task, style, episode, trace_ids)
+    elif task.passes:  # a task no convention affects, failed: the verifier's values, no lesson
+        params = {
+            "episodeId": episode,
+            "channel": "explicit",
+            "polarity": "negative",
+            "magnitude": 1.0,
+            "raw": {
+                "traceIds": trace_ids,
+                "verifier": {
+                    "task": task.id,
+                    "passed": 0,
+                    "total": 1,
+                    "expected": task.expected,
+                    "actual": trial["answer"] if isinstance(trial["answer"], dict) else {},
+                    "message": PLAIN_FAILURE,
+                },
+            },
+        }
+    elif passed:
+        params = {
             "episodeId": episode,
             "channel": "explicit",
             "polarity": "positive",

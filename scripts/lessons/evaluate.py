@@ -272,23 +272,18 @@ def measure(
     unrelated: list[str] = []
     # Judged item by item (a line, or a numbered entry with its body): an item that carries a lesson of this
     # family is this family's, even when another family's key terms happen to match it too (two families with
-    # a "cents" convention); an item that carries none of this family's lessons and another family's is unrelated.
+    # a "cents" convention); an item that carries none of this family's lessons and all of another family's key
+    # terms is unrelated. (Not the items together: two lines of one own lesson, "add two hours" and "the clock
+    # is UTC", would carry a look-alike convention of another family between them.)
     foreign_items = [
         item for item in block_items(injected) if not any(c.carried_by(item) for c in family.conventions.values())
     ]
-    foreign_text = "\n".join(foreign_items)
     for name, conventions in taught.items():
         if name == family.name:
             continue
         other = next(f for f, _ in earlier if f.name == name)
         unrelated += [
-            f"{name}/{c}"
-            for c in sorted(conventions)
-            if other.conventions[c].carried_by(injected)
-            and (
-                other.conventions[c].carried_by(foreign_text)
-                or any(other.conventions[c].carried_by(i) for i in foreign_items)
-            )
+            f"{name}/{c}" for c in sorted(conventions) if any(other.conventions[c].carried_by(i) for i in foreign_items)
         ]
     same_task = {task.id, task.retry_of} - {None}
     own = values_in(task.prompt) | {v.casefold() for v in instance_values(task)} | input_values(family, task)

@@ -41,8 +41,10 @@ from memos_bridge.core.learning.experiences.verifier import (
 )
 from memos_bridge.llm.prompts import FeedbackRefineOutput
 from memos_bridge.rules.instance import InstanceContext, instance_specific, states_instance
+from memos_bridge.rules.kinds import rule_kinds
 from memos_bridge.rules.lessons import (
     LessonGroup,
+    LessonLine,
     Reading,
     group_lessons,
     key_terms,
@@ -347,7 +349,7 @@ def objective_outcome(feedback: FeedbackFacts, episode: EpisodeFacts, reading: R
 def assess(feedback: FeedbackFacts, episode: EpisodeFacts) -> Assessment:
     """Significance gate, lessons, salience and type of one feedback row."""
     reading = read_feedback(feedback.text, instance_context(feedback, episode))
-    lessons = tuple(group_lessons(reading.lessons))
+    lessons = substantive(group_lessons(reading.lessons))
     verifier = feedback.verifier
     observed = tuple(observations(verifier)) if verifier is not None else ()
     outcome = objective_outcome(feedback, episode, reading)
@@ -391,6 +393,40 @@ def assess(feedback: FeedbackFacts, episode: EpisodeFacts) -> Assessment:
     if not strong:
         return replace(base, reason="below_significance")
     return replace(base, significant=True, confidence=lesson_confidence(confidence, verifier))
+
+
+def substantive(groups: Sequence[LessonGroup]) -> tuple[LessonGroup, ...]:
+    """The lessons of one feedback, one per rule it states. A group that states a kind of rule (`rules.kinds`)
+    is a lesson; a group that states none — a sentence that only makes sense beside the lesson ("All three are
+    one log.", "Have a look at the eu-west run in particular") — joins the lesson before it (the first one, when
+    it comes first) instead of becoming a lesson of its own. A feedback that states no kind of rule keeps its
+    groups that say something of their own (a subject, an instruction with content), or all of them."""
+    ruled = [bool(rule_kinds(" ".join(group.texts))) for group in groups]
+    if any(ruled):
+        first = ruled.index(True)
+        out: list[list[LessonLine]] = []
+        for index in range(first, len(groups)):
+            if ruled[index]:
+                out.append(list(groups[index].lines))
+            else:
+                out[-1].extend(groups[index].lines)
+        out[0] = [line for group in groups[:first] for line in group.lines] + out[0]
+        return tuple(LessonGroup(tuple(lines)) for lines in out)
+    kept = tuple(group for group in groups if _stands_alone(group))
+    return kept or tuple(groups)
+
+
+def _stands_alone(group: LessonGroup) -> bool:
+    for line in group.lines:
+        subject = line.subject
+        if rule_kinds(line.text) or subject.identifiers or subject.units or subject.numbers:
+            return True
+        if (
+            line.role in ("instruction", "prohibition", "correction", "preference")
+            and len(specific_tokens(line.text)) >= 3
+        ):
+            return True
+    return False
 
 
 def lesson_confidence(confidence: float, verifier: VerifierView | None) -> float:

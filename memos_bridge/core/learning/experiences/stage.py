@@ -49,8 +49,8 @@ from memos_bridge.core.learning.experiences.store import Plan, State, Written
 from memos_bridge.core.learning.reward_stage import RewardReport
 from memos_bridge.llm.prompts import FEEDBACK_REFINE
 from memos_bridge.rules.kinds import kinds_meet, rule_kinds
-from memos_bridge.rules.lessons import convention_overlap
-from memos_bridge.rules.subjects import FILE, owner_names, same_inputs
+from memos_bridge.rules.lessons import convention_overlap, particular_numbers
+from memos_bridge.rules.subjects import FILE, Subject, owner_names, same_inputs
 from memos_bridge.rules.text import clip
 from memos_bridge.rules.tokens import token_similarity
 from memos_bridge.rules.work import SAME_WORK_SIMILARITY, closeness
@@ -242,9 +242,17 @@ def same_convention(draft: ExperienceDraft, row: Any, cosine: float, task: np.nd
     theirs = [str(t) for t in record.get("terms") or []]
     contexts = [v for v in (vector_from_text(str(c)) for c in record.get("contexts") or []) if v is not None]
     close = closeness(task, contexts)
-    shared_inputs = same_inputs(_inputs(draft.terms), _inputs(theirs))
+    mine_inputs, their_inputs = _inputs(draft.terms), _inputs(theirs)
+    shared_inputs = same_inputs(mine_inputs, their_inputs)
+    if mine_inputs and their_inputs and not shared_inputs:
+        return False  # learnt on other files or for another company: other work, however alike the requests
+    # Requests less alike: the same work only when the two lessons share what no other work would (a value of
+    # three or more digits such as a sentinel, a code such as a marker) and the requests are still related; a
+    # look-alike rule of other work ("the clock is UTC") is that work's own.
     if close is not None and close < SAME_WORK_SIMILARITY and not shared_inputs:
-        return False  # learnt on other work: its look-alike rule is that work's own, whatever names they share
+        related = close >= RELATED_WORK_SIMILARITY and _shared_particulars(draft.subject, stored)
+        if not related:
+            return False
     same_context = shared_inputs or close is not None or (not theirs and not contexts)
     kinds = (rule_kinds(mine_text), rule_kinds(their_text))
     if draft.subject.terms() or stored.terms() or (same_context and kinds_meet(*kinds)):
@@ -252,6 +260,21 @@ def same_convention(draft: ExperienceDraft, row: Any, cosine: float, task: np.nd
     if same_context and (cosine >= SAME_INPUT_SIMILARITY or words >= SAME_INPUT_WORDS):
         return True  # "These sheets write dates day-first" / "Remember the day comes first in these sheets"
     return cosine >= NO_SUBJECT_SIMILARITY and words >= NO_SUBJECT_WORDS
+
+
+#: Below `SAME_WORK_SIMILARITY`, requests this close may still be one work if their lessons share a particular.
+RELATED_WORK_SIMILARITY: Final = 0.35
+#: Acronyms every project's data uses: sharing one says nothing about which work two lessons are from.
+_COMMON_CODES: Final = frozenset(
+    "utc gmt id ids csv tsv json jsonl xml api url http https sql kg lb km mm cm ml gb mb kb usd eur gbp iso".split()
+)
+
+
+def _shared_particulars(a: Subject, b: Subject) -> bool:
+    """Whether two lessons share a particular: a number of three or more significant digits, or a code or name
+    that is not a common acronym."""
+    names = {n for n in a.names & b.names if n not in _COMMON_CODES and len(n) >= 2}
+    return bool(particular_numbers(a) & particular_numbers(b) or names)
 
 
 def _inputs(terms: list[str]) -> list[str]:
