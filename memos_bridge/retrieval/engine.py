@@ -862,6 +862,7 @@ class Retriever:
                 contexts=_context_vectors(lesson.get("contexts")),
                 sessions=[str(session) for session in lesson.get("sessions") or []],
                 instance=[str(phrase) for phrase in lesson.get("instance") or []],
+                answers=[str(answer) for answer in lesson.get("answers") or []],
                 source_episodes=[str(e) for e in row.source_episodes_json or []],
             )
         elif kind == "skill":
@@ -1084,14 +1085,19 @@ _CHAIN_LINK = re.compile(r"([\w.-]+)\s*(?:→|->)\s*([\w.-]+)?")
 
 
 def block_values(data: RenderInput, request: str, own_episodes: set[str]) -> BlockValues:
-    """What the block must not carry (`rules.block_filter`): the attempts behind what was recalled — the phrases a
-    lesson's feedback said about its attempt, a past step's reply and tool results — except those of this task
-    and of the task it repeats (`own_episodes`); what the recalled lessons state as rules stays allowed."""
+    """What the block must not carry (`rules.block_filter`): the attempts behind what was recalled — what a lesson's
+    attempts answered and were expected to answer, a past step's reply (never shown), and the phrases the learning
+    filter took out of a lesson's feedback, a past step's tool calls (shown only where a recalled lesson states
+    the same value as its rule) — except those of this task and of the task it repeats (`own_episodes`)."""
     answers: list[str] = []
     attempts: list[str] = []
     own: list[str] = []
     for exp in data.experiences:
-        (own if own_episodes & set(exp.source_episodes) else answers).extend(exp.instance)
+        if own_episodes & set(exp.source_episodes):
+            own += [*exp.answers, *exp.instance]
+        else:  # what the attempts answered never shows; what the filter took out shows only as a rule's value
+            answers += exp.answers
+            attempts += exp.instance
     for trace in data.traces:
         if trace.episode_id in own_episodes:
             own += [trace.agent_text, *trace.tool_lines]

@@ -104,9 +104,10 @@ class ExperienceSnippet:
     #: the unit vectors of the requests it was learnt on, and their sessions (recall compares the request)
     contexts: list[Any] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
-    #: what the learning stage took out of the feedback as its attempt's content ("expected 412, got 980"), and
-    #: the tasks it was learnt on
+    #: what the learning stage took out of the feedback as its attempt's content ("expected 412, got 980"), what
+    #: the attempts it was learnt on answered and were expected to answer, and the tasks it was learnt on
     instance: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
     source_episodes: list[str] = field(default_factory=list)
 
 
@@ -569,6 +570,8 @@ COMPACT_NOTICE = (
 )
 #: Lesson lines shown per recalled experience, and characters per line.
 COMPACT_LINES_PER_LESSON = 2
+#: … and at most this many when the further ones state particulars the first do not (a sentinel said apart).
+COMPACT_MAX_LINES = 3
 COMPACT_LINE_CHARS = 300
 #: Roles whose lines read as something that went wrong, not as a rule: shown after "Avoid:".
 _AVOID_ROLES = frozenset({"diagnosis", "note", "observation"})
@@ -589,9 +592,18 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
     ]
     roles = exp.roles if len(exp.roles) == len(exp.lesson) and exp.lesson else [""] * len(lines)
     usable = [i for i in range(len(lines)) if roles[i] not in _NOT_A_LESSON]
-    # the lines in the request's script first, then those that say most (a kind of rule, names, units, numbers)
-    ranked = sorted(usable, key=lambda i: (not _same_script(lines[i], query), -_says(lines[i]), i))
-    chosen = sorted(ranked[:COMPACT_LINES_PER_LESSON])  # shown in the order they were said
+    # the lines in the request's script first, then those that say most (a kind of rule, names, units, numbers);
+    # a further line only when it adds a particular the lines chosen so far do not state
+    ranked = sorted(usable, key=lambda i: (not _same_script(lines[i], query), -len(_particulars(lines[i])), i))
+    chosen: list[int] = []
+    covered: set[str] = set()
+    for index in ranked:
+        says = _particulars(lines[index])
+        if len(chosen) >= COMPACT_LINES_PER_LESSON and (len(chosen) >= COMPACT_MAX_LINES or not says - covered):
+            continue
+        chosen.append(index)
+        covered |= says
+    chosen.sort()  # shown in the order they were said
     out: list[str] = []
     for index in chosen:
         line = clip(unwrap(lines[index]), COMPACT_LINE_CHARS)
@@ -604,10 +616,15 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
 _NOT_A_LESSON = frozenset({"praise", "complaint", "other", "instance"})
 
 
-def _says(line: str) -> int:
-    """How much a lesson line states on its own: its kinds of rule, names, units and numbers."""
+def _particulars(line: str) -> set[str]:
+    """What a lesson line states on its own: its kinds of rule, names, units and numbers (as labelled keys)."""
     subject = subject_of(line, numbers(line))
-    return len(rule_kinds(line)) + len(subject.identifiers) + len(subject.units) + len(subject.numbers)
+    return (
+        {f"kind:{kind}" for kind in rule_kinds(line)}
+        | {f"name:{name}" for name in subject.names}
+        | {f"unit:{unit}" for unit in subject.unit_keys}
+        | {f"number:{number}" for number in subject.numbers}
+    )
 
 
 def _compact_skill_line(skill: SkillSnippet) -> str:

@@ -136,10 +136,11 @@ def _files(terms: Sequence[str]) -> list[str]:
 
 
 def _other_subject(lesson: LessonView, request: RequestView, companies: set[str]) -> bool:
-    """Whether the request names files or a company, and the lesson's work names others (and none of these)."""
+    """Whether the request names files or a company, and the lesson's work names others (and none of these). Files
+    decide when both name some: a request about one house's files may also name a customer of that house."""
     theirs = _files(lesson.terms)
-    if request.files and theirs and not same_inputs(theirs, request.files):
-        return True
+    if request.files and theirs:  # files decide when both sides name some (a request may also name a customer)
+        return not same_inputs(theirs, request.files)
     their_companies = {term.casefold() for term in lesson.terms if _is_company(term)}
     return bool(companies and their_companies and not companies & their_companies)
 

@@ -67,6 +67,12 @@ class BlockValues:
         values = [v for v in answered.values if _key(v) not in given_numbers and _significant(v)]
         values += [v for v in tried.values if _key(v) not in ruled_numbers and _significant(v)]
         strings = {s for s in answered.strings if len(s) >= MIN_STRING and s not in given}
+        # a clock reading to the second is an answer's shape: when the attempts answered with one, any such
+        # reading a line states is another task's result ("the last one came in at 14:47:04")
+        if any(_CLOCK.search(text) for text in answers):
+            strings |= {m.group(0) for text in (*answers, *rules) for m in _CLOCK.finditer(text)} - {
+                m.group(0) for m in _CLOCK.finditer(given)
+            }
         strings |= {s for s in tried.strings if len(s) >= MIN_STRING and s not in given and s not in ruled}
         return cls(tuple(dict.fromkeys(values)), frozenset(strings), given)
 
@@ -88,6 +94,10 @@ class BlockValues:
         if not text:
             return True
         return not instance_specific(text) and not self.carries_other(text)
+
+
+#: A clock reading to the second.
+_CLOCK: Final = re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?![\d:])")
 
 
 def _key(value: float) -> str:

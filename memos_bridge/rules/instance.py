@@ -78,10 +78,10 @@ _DEFINED_BEFORE: Final = re.compile(
 #: it's what the meter writes when…", "999 — that's the sensor telling us it dropped out"). A result is said
 #: otherwise ("should be", "you got", "came to"); a value of the data that way is a marker the rule is about.
 _IN_DATA_BEFORE: Final = re.compile(
-    r"\b(?:see|seeing|sees|shows?|showing|shown|reads?|reading|readings?\s+of|entries\s+of|values?\s+of|"
+    r"\b(?:see|seeing|sees|shows?|showing|shown|readings?\s+of|entries\s+of|values?\s+of|"
     r"(?:rows?|records?|lines?|entries|days?|loads?|cells?)\s+(?:with|of|showing|reading|holding|at)|any|every|"
     r"contains?|containing|carr(?:y|ies|ying)|holds?|holding|logged\s+as|recorded\s+as|written\s+as|flagged|marked|"
-    r"tagged|the)\s*[`'\"“]?$|(?:出现|看到|显示|写着|记为|标为|等于)\s*$",
+    r"tagged)\s*[`'\"“]?$|(?:出现|看到|显示|写着|记为|标为)\s*$",
     re.IGNORECASE,
 )
 _NOT_A_VALUE_AFTER: Final = re.compile(
@@ -825,6 +825,12 @@ _VERDICT_LINE: Final = re.compile(
 )
 
 
+#: Arithmetic on figures only, with its result ("14 × 12 = 168", "3 x 40.5 = 121.5"): a worked example of one task.
+_WORKED_EXAMPLE: Final = re.compile(
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s*[×x*/÷+−-]\s*\d[\d,]*(?:\.\d+)?\s*=\s*\d", re.IGNORECASE
+)
+
+
 def instance_specific(line: str) -> bool:
     """Whether an already written guidance line only restates one attempt: its wanted and given values, one task's
     output fields, or a verdict on one task. A rule that merely has a number ("round to 2 decimals") or a sample
@@ -832,4 +838,6 @@ def instance_specific(line: str) -> bool:
     stored earlier, and those a skill or a world model quotes.)"""
     if _ATTEMPT_VALUE.search(line) or _TASK_FIELDS.search(line) or _VERDICT_LINE.search(squash(line)):
         return True
+    if _WORKED_EXAMPLE.search(line):
+        return True  # "14 × 12 = 168": one task's figures worked through, not the rule
     return _EXPECTED_GOT.search(_PARENTHESISED.sub(" ", line)) is not None

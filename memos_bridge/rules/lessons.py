@@ -235,6 +235,12 @@ _WRAPPER: Final = re.compile(
 _HEAD_CONJUNCTION: Final = re.compile(r"^(?:but|however|though|and|also|plus|so)\b,?\s+(?=\S)", re.IGNORECASE)
 
 
+def wrapper_only(text: str) -> bool:
+    """Whether a sentence is nothing but a wrapper ("One problem though.", "Two things:", "不过，")."""
+    stripped = text.strip().rstrip(".!:：。！")
+    return bool(stripped) and not _WRAPPER.sub("", stripped + ":", count=1).strip(" .:：")
+
+
 def unwrap(text: str) -> str:
     """A lesson line without the words a person put before it (`_WRAPPER`): "Close, but the export is in UTC." is
     "The export is in UTC." A line that is nothing but a wrapper stays as it is."""
@@ -484,6 +490,8 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
         # what is left of a clause that stated this attempt's content is a lesson only when it says what
         # holds or what to do on its own ("So the refused returns" is not)
         role = "instance"
+    if wrapper_only(filtered.text):
+        role = "other"  # "One problem though.": what follows is the lesson, this is only its announcement
     kept = role not in ("instance", "complaint", "other") and not (role == "praise" and filtered.cut)
     lesson = clip(unwrap(filtered.text), LINE_CHARS) if kept else ""
     parts = [p for p in _REMEDY_SPLIT.split(lesson) if p.strip()] if lesson else []

@@ -470,6 +470,8 @@ class ExperienceDraft:
     subject: Subject = field(default_factory=Subject)
     #: what was taken out of the feedback as this attempt's own content (kept on the record)
     instance: list[str] = field(default_factory=list)
+    #: what the judged attempt answered and what was expected of it (`attempt_answers`)
+    answers: list[str] = field(default_factory=list)
     #: what the lesson is about, as its trigger lists it: its names and the files it was learnt on, else its
     #: units (recall asks the request to name one of these)
     terms: list[str] = field(default_factory=list)
@@ -494,6 +496,7 @@ class ExperienceDraft:
             "terms": list(self.terms),
             "words": list(self.words),
             "instance": list(self.instance[:MAX_LINES]),
+            "answers": list(self.answers[:MAX_LINES]),
         }
 
 
@@ -678,7 +681,8 @@ def _draft(
         lesson=list(lesson),
         roles=list(roles),
         subject=subject,
-        instance=[*attempt_answers(verifier, episode), *assessment.reading.instance],
+        instance=assessment.reading.instance,
+        answers=attempt_answers(verifier, episode),
         terms=(terms_for_recall := recall_terms(subject, episode, verifier)),
         words=[] if terms_for_recall else lesson_words(lesson),
     )

@@ -408,6 +408,7 @@ def _absorb(
         "terms": terms,
         "words": [] if terms else list(dict.fromkeys([*(stored.get("words") or []), *draft.words]))[:12],
         "instance": list(dict.fromkeys([*(stored.get("instance") or []), *draft.instance]))[-12:],
+        "answers": list(dict.fromkeys([*(stored.get("answers") or []), *draft.answers]))[-12:],
         **_contexts(stored, plan, episode),
     }
     if lesson != old_lesson:
