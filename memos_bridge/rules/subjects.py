@@ -505,6 +505,28 @@ def same_inputs(a: Iterable[str], b: Iterable[str]) -> bool:
     return bool(leads(left) & leads(right))
 
 
+_NAME_TOKEN: Final = re.compile(r"[a-z0-9]+")
+
+
+def file_kinds(files: Iterable[str]) -> set[str]:
+    """The words that say what kind of file a name is (`acme_13f_2024q1.xml` → acme, 13f): its stem's tokens of
+    three or more characters, without extensions and without dates or counters (tokens of four or more digits)."""
+    out: set[str] = set()
+    for name in files:
+        stem = name.casefold().rsplit("/", 1)[-1]
+        for token in _NAME_TOKEN.findall(stem):
+            digits = sum(c.isdigit() for c in token)
+            if len(token) >= 3 and token not in _EXTENSIONS and digits < 4 and token not in STOPWORDS:
+                out.add(token)
+    return out
+
+
+def same_kind_files(a: Iterable[str], b: Iterable[str]) -> bool:
+    """Whether two sets of files share a word of what kind they are (`acme_13f_2024q1.xml`, `beacon_13f_2024q2.xml`:
+    two filings of one kind by different filers)."""
+    return bool(file_kinds(a) & file_kinds(b))
+
+
 #: A run of two or more capitalised words ("Ossory Linen's", "Calloway Timber Co."): an organisation's or a
 #: product's proper name. All-caps words (acronyms, log levels) and single words do not start one.
 _PROPER_RUN: Final = re.compile(r"\b[A-Z][a-z]+(?:[ \t]+(?:&[ \t]+)?[A-Z][a-z]+\.?)+")

@@ -124,3 +124,12 @@ def test_one_kind_of_rule_on_the_same_work_is_one_convention_however_worded() ->
     # another kind on the same work is another convention
     rows = "Skip the rows flagged as training runs."
     assert not convention_overlap(subjects[0], subject_of(rows), 0.0, True, (kinds[0], rule_kinds(rows)))
+
+
+def test_files_of_one_kind_share_a_word_of_their_kind_not_their_dates() -> None:
+    from memos_bridge.rules.subjects import file_kinds, same_kind_files
+
+    assert file_kinds(["acme_13f_2024q1.xml"]) == {"acme", "13f"}
+    assert same_kind_files(["acme_13f_2024q1.xml"], ["beacon_13f_2024q2.xml"])
+    assert not same_kind_files(["harlow_orders_2023.csv"], ["quay_tickets_2024.csv"])
+    assert not same_kind_files(["report_2023.csv"], ["ledger_2023.csv"])  # a year is no kind

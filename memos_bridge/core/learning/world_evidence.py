@@ -79,6 +79,9 @@ class ExperienceView:
     #: The inputs the lesson was learnt on (names, file names, units the lesson builder recorded): two lessons
     #: that share no input are about different data, even when a domain word ("tests", "storage") matches.
     terms: tuple[str, ...] = ()
+    #: The unit vectors of the requests it was learnt on (`rules.work`): two lessons of one piece of work
+    #: whose files differ (two filings of one kind) are still about the same environment.
+    contexts: tuple[NDArray[np.float32], ...] = field(default=(), repr=False)
     updated_at: int = 0
     vec: NDArray[np.float32] | None = field(default=None, repr=False)
 

@@ -61,9 +61,10 @@ from memos_bridge.core.learning.world_text import (
     sentence,
 )
 from memos_bridge.llm.prompts import WorldAbstractionOutput
-from memos_bridge.rules.subjects import same_inputs
+from memos_bridge.rules.subjects import FILE, same_inputs, same_kind_files
 from memos_bridge.rules.text import clip
 from memos_bridge.rules.tokens import content_tokens, token_similarity
+from memos_bridge.rules.work import SAME_WORK_SIMILARITY, closeness
 
 SectionName = Literal["environment", "inference", "constraints"]
 SECTIONS: Final[tuple[SectionName, ...]] = ("environment", "inference", "constraints")
@@ -578,11 +579,25 @@ def draft_from_llm(
     )
 
 
+def _same_work(a: ExperienceView, b: ExperienceView) -> bool:
+    """Two experiences learnt on files of one kind (`rules.subjects.same_kind_files`: two filings by different
+    filers) for requests of one piece of work (`rules.work`): one environment, although the files differ. Files
+    of no common kind are other work however alike the requests read (one harness's wording for every task)."""
+    files_a = [t for t in a.terms if FILE.fullmatch(t)]
+    files_b = [t for t in b.terms if FILE.fullmatch(t)]
+    if not (files_a and files_b and same_kind_files(files_a, files_b)):
+        return False
+    return any(
+        (close := closeness(vec, b.contexts)) is not None and close >= SAME_WORK_SIMILARITY for vec in a.contexts
+    )
+
+
 def same_input_groups(views: Sequence[ExperienceView]) -> list[list[ExperienceView]]:
     """The experiences of one domain split by the data they were learnt on: experiences that share an input
-    (a name, a file, sibling exports of one company, `rules.subjects.same_inputs`) are one group, linked
-    transitively. An experience that recorded no inputs belongs to every group, as there is nothing to tell
-    it apart. One group when nothing recorded inputs."""
+    (a name, a file, sibling exports of one company, `rules.subjects.same_inputs`), or that were learnt on files
+    of one kind for requests of one piece of work (`_same_work`), are one group, linked transitively. An
+    experience that recorded no inputs belongs to every group, as there is nothing to tell it apart. One group
+    when nothing recorded inputs."""
     keyed = [v for v in views if v.terms]
     loose = [v for v in views if not v.terms]
     parent = list(range(len(keyed)))
@@ -595,7 +610,7 @@ def same_input_groups(views: Sequence[ExperienceView]) -> list[list[ExperienceVi
 
     for i, a in enumerate(keyed):
         for j in range(i + 1, len(keyed)):
-            if same_inputs(a.terms, keyed[j].terms):
+            if same_inputs(a.terms, keyed[j].terms) or _same_work(a, keyed[j]):
                 parent[root(j)] = root(i)
     groups: dict[int, list[ExperienceView]] = {}
     for i, view in enumerate(keyed):

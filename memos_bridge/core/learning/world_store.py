@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
@@ -48,7 +49,7 @@ from memos_bridge.storage.models import (
     WorldModelRow,
 )
 from memos_bridge.storage.owner import OwnerFilter
-from memos_bridge.storage.vectors import from_blob
+from memos_bridge.storage.vectors import from_blob, vector_from_text
 
 #: Live experiences of a namespace read per run (most recently updated first).
 POLICY_SCAN: Final = 2000
@@ -137,9 +138,18 @@ def view_of(row: PolicyRow | Row[Any], dim: int, feedback: dict[str, str] | None
         feedback_notes=tuple(text for f in feedback_ids[-FEEDBACK_PER_POLICY:] if (text := (feedback or {}).get(f))),
         lesson_builder=isinstance(row.lesson_json, dict),
         terms=tuple(str(t) for t in (row.lesson_json.get("terms") or [])) if isinstance(row.lesson_json, dict) else (),
+        contexts=_contexts(row.lesson_json),
         updated_at=int(row.updated_at),
         vec=_vector(row.vec, dim),
     )
+
+
+def _contexts(lesson: Any) -> tuple[NDArray[np.float32], ...]:
+    """The decoded request vectors of a lesson record (none for other policies)."""
+    if not isinstance(lesson, dict):
+        return ()
+    decoded = (vector_from_text(str(text)) for text in lesson.get("contexts") or [])
+    return tuple(vec for vec in decoded if vec is not None)
 
 
 def feedback_texts(db: Session, ids: Iterable[str]) -> dict[str, str]:

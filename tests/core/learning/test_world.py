@@ -767,3 +767,90 @@ async def test_wire_reads_map_rows_to_dtos(core_factory: Any) -> None:
     assert [m.id for m in listed.world_models] == [model_id]
     assert (await core.list_world_models(dto.ListWorldModelsParams(status="archived"))).world_models == []
     assert (await core.list_world_models(dto.ListWorldModelsParams(namespace=other_ns))).world_models == []
+
+
+async def _judged_task(
+    core: MemoryCore, session: str, ts: int, request: str, file: str, feedback: dict[str, Any]
+) -> str:
+    started = await core.turn_start(
+        dto.TurnInputDTO.model_validate({"agent": AGENT, "sessionId": session, "userText": request, "ts": ts})
+    )
+    episode = started.query.episode_id
+    assert episode is not None
+    calls = [
+        {"name": "read_file", "input": {"path": file}, "output": "(read)"},
+        {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"},
+    ]
+    end = {"agent": AGENT, "sessionId": session, "episodeId": episode, "toolCalls": calls, "ts": ts + 5_000}
+    end["agentText"] = 'Wrote answers.json with {"total_value": 8812400}.'
+    await core.turn_end(dto.TurnResultDTO.model_validate(end))
+    params = {"episodeId": episode, "magnitude": 1.0, "ts": ts + 9_000, **feedback}
+    await core.submit_feedback(dto.FeedbackSubmitParams.model_validate(params))
+    return episode
+
+
+async def test_a_failure_lesson_and_a_verified_success_on_two_filings_of_one_kind_make_one_world_model(
+    core_factory: Any,
+) -> None:
+    """The seed's own example through the pipeline: a lesson learnt on one filing, then a verified success on another
+    filing of the same kind (other filer, other file name) make one world model, with no values of either task; a
+    task of other work in the same namespace does not join it."""
+    core: MemoryCore = await core_factory(learning={**WORLD_13F, "reward": {"feedback_window_s": 0}})
+    lesson = "The value field of every 13F infoTable is in thousands of USD; do not multiply it by 1000."
+    first = await _judged_task(
+        core,
+        "se_f1",
+        T0,
+        "Parse the 13F filing acme_13f_2024q1.xml and write the total holding value to answers.json.",
+        "acme_13f_2024q1.xml",
+        {
+            "polarity": "negative",
+            "rationale": lesson,
+            "raw": {
+                "verifier": {
+                    "passed": 0,
+                    "total": 1,
+                    "expected": {"total_value": 8812.4},
+                    "actual": {"total_value": 8812400},
+                }
+            },
+        },
+    )
+    second = await _judged_task(
+        core,
+        "se_f2",
+        T0 + 4 * 3_600_000,
+        "Parse the 13F filing beacon_13f_2024q2.xml and write the total holding value to answers.json.",
+        "beacon_13f_2024q2.xml",
+        {
+            "polarity": "positive",
+            "rationale": "Correct, all checks passed.",
+            "raw": {"verifier": {"passed": 1, "total": 1}},
+        },
+    )
+    await core.flush()
+    models = [m for m in _models(core) if m.status == "active"]
+    assert len(models) == 1, [(m.title, m.policy_ids_json) for m in models]
+    (model,) = models
+    assert {first, second} <= set(model.source_episodes_json)
+    text = json.dumps([model.title, model.body, model.structure_json])
+    assert "8812" not in text and "acme" not in text.casefold() and "beacon" not in text.casefold()
+    # two companies' order exports, alike requests, a lesson each: no file of one kind, no shared world model
+    orders = [
+        await _judged_task(
+            core,
+            f"se_o{index}",
+            T0 + (8 + 4 * index) * 3_600_000,
+            f"What is the total amount of the paid orders in {file}? Write it to answers.json.",
+            file,
+            {"polarity": "negative", "rationale": rule},
+        )
+        for index, (file, rule) in enumerate(
+            [
+                ("harlow_orders_2023.csv", "amount is in cents; divide by 100"),
+                ("quay_tickets_2024.csv", "amount is in pence; divide by 100"),
+            ]
+        )
+    ]
+    await core.flush()
+    assert all(len(set(orders) & set(model.source_episodes_json)) <= 1 for model in _models(core))
