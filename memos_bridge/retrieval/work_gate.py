@@ -15,7 +15,8 @@ look-alike request of another project does not bring that project's lessons. On 
 * learnt in this very session (a host session is usually one piece of work), a lesson needs only
   `SESSION_SIMILARITY`;
 * a request that names files or a company that a lesson's work does not name is about another subject: the lesson
-  stays out unless it came from this session;
+  stays out unless it came from this session; when some recalled lessons were learnt on the request's files, a
+  lesson learnt on requests that named no file comes back only when it is of their work;
 * a lesson whose terms the request names (a field, a flag, a code) comes back when the request is at least
   `NAMED_SIMILARITY` close to its work and that work is not far below the closest (`NAMED_MARGIN`).
 
@@ -30,6 +31,7 @@ from typing import Final
 
 import numpy as np
 
+from memos_bridge.rules.groups import Groups
 from memos_bridge.rules.subjects import FILE, owner_names, same_inputs
 from memos_bridge.rules.work import SAME_WORK_SIMILARITY
 
@@ -76,6 +78,12 @@ def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
         work_best[work] = max(work_best.get(work, -1.0), closeness[index])
     best = max(work_best.values())
     companies = {name.casefold() for name in owner_names(request.text)}
+    # the works the request's own files point to: a lesson learnt on requests that named no file must be of one
+    anchored = {
+        works[i]
+        for i, lesson in enumerate(lessons)
+        if request.files and _files(lesson.terms) and same_inputs(_files(lesson.terms), request.files)
+    }
     kept: set[str] = set()
     for index, lesson in enumerate(lessons):
         close = closeness[index]
@@ -84,6 +92,8 @@ def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
         if this_session and close >= SESSION_SIMILARITY:
             kept.add(lesson.ref_id)
             continue
+        if anchored and not _files(lesson.terms) and works[index] not in anchored:
+            continue  # the request names its files, and they are another work's than this nameless lesson's
         if _other_subject(lesson, request, companies):
             continue
         if (own_work >= WORK_SIMILARITY and own_work >= best - WORK_MARGIN) or (
@@ -101,17 +111,7 @@ def _works(lessons: Sequence[LessonView]) -> list[int]:
     """The work of each lesson (an index shared by the lessons of one work): lessons are joined when two of their
     requests are close (`SAME_WORK_SIMILARITY`) or their files say they are about the same inputs; never when
     both were learnt on files and the files differ (requests in one harness's words look alike across work)."""
-    parent = list(range(len(lessons)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def join(i: int, j: int) -> None:
-        parent[find(i)] = find(j)
-
+    groups = Groups(len(lessons))
     files = [_files(lesson.terms) for lesson in lessons]
 
     def other_files(i: int, j: int) -> bool:  # learnt on different files: different work, however alike the words
@@ -123,12 +123,12 @@ def _works(lessons: Sequence[LessonView]) -> list[int]:
         close = matrix @ matrix.T >= SAME_WORK_SIMILARITY
         for a, b in zip(*np.nonzero(close), strict=True):
             if owners[a] != owners[b] and not other_files(owners[a], owners[b]):
-                join(owners[a], owners[b])
+                groups.join(owners[a], owners[b])
     for i in range(len(lessons)):
         for j in range(i + 1, len(lessons)):
             if files[i] and files[j] and not other_files(i, j):
-                join(i, j)
-    return [find(i) for i in range(len(lessons))]
+                groups.join(i, j)
+    return groups.labels()
 
 
 def _files(terms: Sequence[str]) -> list[str]:
@@ -136,13 +136,16 @@ def _files(terms: Sequence[str]) -> list[str]:
 
 
 def _other_subject(lesson: LessonView, request: RequestView, companies: set[str]) -> bool:
-    """Whether the request names files or a company, and the lesson's work names others (and none of these). Files
-    decide when both name some: a request about one house's files may also name a customer of that house."""
+    """Whether the request names files or a company, and the lesson's work names others (and none of these). A
+    company both name makes them one house, whatever its files; otherwise files decide when both name some (a
+    request about one house's files may also name a customer of that house)."""
+    their_companies = {term.casefold() for term in lesson.terms if _is_company(term)}
+    if companies & their_companies:
+        return False  # one house: its conventions hold for all of its files
     theirs = _files(lesson.terms)
     if request.files and theirs:  # files decide when both sides name some (a request may also name a customer)
         return not same_inputs(theirs, request.files)
-    their_companies = {term.casefold() for term in lesson.terms if _is_company(term)}
-    return bool(companies and their_companies and not companies & their_companies)
+    return bool(companies and their_companies)
 
 
 def _is_company(term: str) -> bool:

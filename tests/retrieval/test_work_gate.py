@@ -63,3 +63,13 @@ def test_a_lesson_whose_terms_the_request_names_needs_less_closeness() -> None:
     loose = unit(1, 0, 0, 1.4)
     assert select([LessonView("po_n", [loose])], REQUEST) == set()
     assert select([LessonView("po_n", [loose], named=True)], REQUEST) == {"po_n"}
+
+
+def test_a_nameless_lesson_gives_way_to_the_work_the_requests_files_name() -> None:
+    request = RequestView(unit(1, 0, 0), "How many visits in visits_2024.csv?", files=["visits_2024.csv"])
+    own = LessonView("po_own", [unit(0.7, 0.714, 0)], terms=["visits_2024.csv"])  # 0.70, learnt on the file
+    nameless = LessonView("po_nameless", [unit(0.75, 0, 0.66)])  # 0.75, on other work: 0.53 from the own work
+    assert select([own, nameless], request) == {"po_own"}
+    sibling = LessonView("po_sibling", [unit(0.8, 0.6, 0)])  # learnt on the same work without naming the file
+    assert select([own, sibling], request) == {"po_own", "po_sibling"}
+    assert select([nameless], request) == {"po_nameless"}  # nothing on the request's files: it may come back

@@ -61,6 +61,7 @@ from memos_bridge.core.learning.world_text import (
     sentence,
 )
 from memos_bridge.llm.prompts import WorldAbstractionOutput
+from memos_bridge.rules.groups import Groups
 from memos_bridge.rules.subjects import FILE, same_inputs, same_kind_files
 from memos_bridge.rules.text import clip
 from memos_bridge.rules.tokens import content_tokens, token_similarity
@@ -580,12 +581,13 @@ def draft_from_llm(
 
 
 def _same_work(a: ExperienceView, b: ExperienceView) -> bool:
-    """Two experiences learnt on files of one kind (`rules.subjects.same_kind_files`: two filings by different
-    filers) for requests of one piece of work (`rules.work`): one environment, although the files differ. Files
-    of no common kind are other work however alike the requests read (one harness's wording for every task)."""
+    """Two experiences learnt for requests of one piece of work (`rules.work`), on files of one kind when both
+    name files (`rules.subjects.same_kind_files`: two filings by different filers): one environment, although
+    their names and files differ. Files of no common kind are other work however alike the requests read (one
+    harness's wording for every task)."""
     files_a = [t for t in a.terms if FILE.fullmatch(t)]
     files_b = [t for t in b.terms if FILE.fullmatch(t)]
-    if not (files_a and files_b and same_kind_files(files_a, files_b)):
+    if files_a and files_b and not same_kind_files(files_a, files_b):
         return False
     return any(
         (close := closeness(vec, b.contexts)) is not None and close >= SAME_WORK_SIMILARITY for vec in a.contexts
@@ -600,21 +602,14 @@ def same_input_groups(views: Sequence[ExperienceView]) -> list[list[ExperienceVi
     when nothing recorded inputs."""
     keyed = [v for v in views if v.terms]
     loose = [v for v in views if not v.terms]
-    parent = list(range(len(keyed)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    linked = Groups(len(keyed))
     for i, a in enumerate(keyed):
         for j in range(i + 1, len(keyed)):
             if same_inputs(a.terms, keyed[j].terms) or _same_work(a, keyed[j]):
-                parent[root(j)] = root(i)
+                linked.join(j, i)
     groups: dict[int, list[ExperienceView]] = {}
-    for i, view in enumerate(keyed):
-        groups.setdefault(root(i), []).append(view)
+    for view, label in zip(keyed, linked.labels(), strict=True):
+        groups.setdefault(label, []).append(view)
     if not groups:
         return [list(views)]
     return [[*members, *loose] for members in groups.values()]
