@@ -1319,7 +1319,11 @@ def _without_distilled_steps(picked: list[Candidate], sources: dict[str, list[st
     small model copies instead of doing this task (measured with a 1.5B agent, docs/skillflow-qwen1.5b.md)."""
     covered: set[str] = set()
     for cand in picked:
-        if cand.kind == "experience":
+        # a procedure induced from steps (no lesson of its own) does not stand for them: what the step's reply
+        # says was done is the useful part ("Done before: …" in a compact block)
+        payload = cand.payload
+        record = isinstance(payload, ExperienceSnippet) and payload.experience_type in TASK_RECORD_TYPES
+        if cand.kind == "experience" and not (record and not payload.lesson):
             covered.update(sources.get(cand.ref_id, ()))
         elif isinstance(cand.payload, SkillSnippet):
             for policy_id in cand.payload.source_policy_ids:

@@ -26,8 +26,8 @@ from typing import Any, Final
 from memos_bridge.rules.block_filter import NO_VALUES, BlockValues
 from memos_bridge.rules.instance import instance_specific
 from memos_bridge.rules.kinds import rule_kinds
-from memos_bridge.rules.lessons import unwrap
-from memos_bridge.rules.subjects import numbers, subject_of
+from memos_bridge.rules.lessons import specific_tokens, unwrap
+from memos_bridge.rules.subjects import FILE, numbers, subject_of
 from memos_bridge.rules.text import clip, is_tool_call_line, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
@@ -612,6 +612,28 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
     return out
 
 
+#: Past steps whose reply a compact block may show as what worked, and the words such a reply must say beyond
+#: file names ("Wrote answer.json." says nothing).
+COMPACT_WORKED = 2
+WORKED_MIN_WORDS = 4
+
+
+def worked_lines(data: RenderInput) -> list[str]:
+    """What was done before, from recalled past steps: the reply that says what was done ("Added /etc/app.d/x with
+    a daily rule and tested it") — "Worked before" for a task judged good (a positive value), "Done before" for
+    one nobody judged — never a step of a rejected task, never a bare tool call; the block filter then drops any
+    reply that reports another task's values."""
+    out: list[str] = []
+    for trace in data.traces:
+        reply = " ".join(trace.agent_text.split())
+        says = [t for t in specific_tokens(reply) if not FILE.fullmatch(t)]
+        if trace.value >= 0 and len(says) >= WORKED_MIN_WORDS and not is_tool_call_line(reply):
+            out.append(f"{'Worked' if trace.value > 0 else 'Done'} before: {clip(reply, 240)}")
+        if len(out) >= COMPACT_WORKED:
+            break
+    return out
+
+
 #: Roles of a stored line that are never a lesson to show (praise kept on a success record, a complaint).
 _NOT_A_LESSON = frozenset({"praise", "complaint", "other", "instance"})
 
@@ -666,12 +688,14 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
         candidates += [
             _unlabel(line.lstrip("-* ")) for line in world.body.splitlines() if line.strip().startswith(("-", "*"))
         ][:2]
+    lessons_shown = any(data.values.passes(line) for line in candidates)
     for skill in data.skills:
+        if not lessons_shown and not skill.preference:
+            # a skill that succeeded on such tasks, when no lesson came back and it states none itself: what it does
+            candidates.append(_compact_skill_line(skill))
         candidates += _compact_skill_lessons(skill)
+    candidates += worked_lines(data)
     candidates = [line for line in candidates if data.values.passes(line)]
-    if not candidates:  # a skill that succeeded on such tasks, when no lesson came back: its summary
-        summaries = (_compact_skill_line(skill) for skill in data.skills)
-        candidates = [line for line in summaries if data.values.passes(line)]
     if not candidates and reason == "tool_driven":
         # a search someone asked for shows the steps it found; a turn's block stays empty when nothing else fits,
         # since another task's steps are what a small model copies

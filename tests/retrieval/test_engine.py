@@ -23,6 +23,8 @@ from memos_bridge.storage.vectors import to_blob
 pytestmark = pytest.mark.anyio
 
 OWNER = {"owner_agent_kind": "t", "owner_profile_id": "default", "owner_workspace_id": None}
+#: The full rendering (sections, ids, scope lines, past steps): what these tests read; turns default to compact.
+FULL = {"render_mode": "full"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -161,7 +163,7 @@ async def capture(
 
 
 async def test_all_tiers_recall_and_render_in_stable_order(search_core_factory: Any) -> None:
-    core = await search_core_factory()
+    core = await search_core_factory(retrieval=FULL)
     await capture(core, "se_old", "parse the SEC 13F infoTable holdings", "Parsed 312 infoTable rows with lxml.")
     await add_policy(
         core,
@@ -189,7 +191,7 @@ async def test_all_tiers_recall_and_render_in_stable_order(search_core_factory: 
 
 
 async def test_failure_avoidance_is_never_phrased_as_what_worked(core_factory: Any) -> None:
-    core = await core_factory()
+    core = await core_factory(retrieval=FULL)
     await add_policy(
         core,
         "Avoid summing 13F values without scaling",
@@ -207,7 +209,7 @@ async def test_failure_avoidance_is_never_phrased_as_what_worked(core_factory: A
 
 
 async def test_repair_instruction_and_preference_render_by_type(core_factory: Any) -> None:
-    core = await core_factory()
+    core = await core_factory(retrieval=FULL)
     await add_policy(
         core,
         "Use CUSIP not issuer name as the key",
@@ -228,7 +230,7 @@ async def test_repair_instruction_and_preference_render_by_type(core_factory: An
 
 
 async def test_provenance_drops_experiences_a_recalled_skill_was_built_from(core_factory: Any) -> None:
-    core = await core_factory()
+    core = await core_factory(retrieval=FULL)
     old = await add_policy(
         core,
         "Parse 13F infoTable with namespace",
@@ -243,7 +245,7 @@ async def test_provenance_drops_experiences_a_recalled_skill_was_built_from(core
     assert old in [h.ref_id for h in result.hits]  # recalled ...
     assert "pass the namespace to find()" not in result.injected_context  # ... but not repeated
 
-    core2 = await core_factory()
+    core2 = await core_factory(retrieval=FULL)
     newer = await add_policy(
         core2,
         "Parse 13F infoTable with namespace",
@@ -432,7 +434,7 @@ async def test_channel_filters_for_evaluation(search_core_factory: Any) -> None:
 async def test_guidance_of_policies_linked_to_recalled_traces_is_rendered(core_factory: Any) -> None:
     from memos_bridge.storage.models import TracePolicyLinkRow
 
-    core = await core_factory()
+    core = await core_factory(retrieval=FULL)
     end = await capture(core, "se_a", "configure the nginx reverse proxy", "Added proxy_pass and reloaded nginx.")
     policy_id = new_id("policy")
     row = PolicyRow(

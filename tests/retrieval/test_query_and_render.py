@@ -286,10 +286,26 @@ def test_the_lessons_come_first_in_their_own_words_without_another_tasks_values(
     assert "912.75" not in full and "4210.55" not in full
 
 
-def test_a_turns_compact_block_is_empty_when_only_past_steps_came_back() -> None:
+def test_a_turns_compact_block_shows_no_rejected_step_and_only_what_worked_of_good_ones() -> None:
     from memos_bridge.retrieval.render import TraceSnippet
 
-    step = TraceSnippet(ref_id="tr_9", ts=0, summary="read the depot log", user_text="", agent_text="ok", value=0.4)
+    step = TraceSnippet(ref_id="tr_9", ts=0, summary="read the depot log", user_text="", agent_text="ok", value=-0.4)
     data = RenderInput(traces=[step], query="depot totals")
-    assert render_block(data, options=RenderOptions(mode="compact")) == ""
+    assert render_block(data, options=RenderOptions(mode="compact")) == ""  # a rejected task's step
     assert "read the depot log" in render_block(data, reason="tool_driven", options=RenderOptions(mode="compact"))
+    # a step of a task judged good shows the reply that says what worked, never a bare tool call or values
+    worked = TraceSnippet(
+        ref_id="tr_8",
+        ts=0,
+        summary="rotated the logs",
+        user_text="",
+        value=0.6,
+        agent_text="Added a daily rotation rule for the access logs and tested it.",
+    )
+    tool = TraceSnippet(
+        ref_id="tr_7", ts=0, summary="", user_text="", agent_text="read_file(path=x.csv) → ok", value=0.6
+    )
+    block = render_block(
+        RenderInput(traces=[worked, tool], query="log rotation"), options=RenderOptions(mode="compact")
+    )
+    assert "- Worked before: Added a daily rotation rule" in block and "read_file" not in block
