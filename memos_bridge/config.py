@@ -142,9 +142,10 @@ class RetrievalSettings(_Section):
         "summary", description="summary = name, first paragraph and a memos_skill_get hint; full = the whole guide."
     )
     render_mode: Literal["full", "compact"] = Field(
-        "full",
-        description="full = every section with ids, scope and tool hints; compact = the recalled lessons first, "
-        "in their own words, then other memories while compact_max_chars lasts (for small models).",
+        "compact",
+        description="compact (default) = the recalled lessons first, in their own words, then what was remembered, "
+        "this task's repairs, skills and environment facts while compact_max_chars lasts, nothing when no lesson "
+        "fits; full = every section with ids, scope lines, past steps and tool hints (for people and large models).",
     )
     compact_max_chars: int = Field(800, ge=200, description="Budget of a compact injected block.")
     lesson_min_similarity: float = Field(

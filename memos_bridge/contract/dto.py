@@ -159,8 +159,9 @@ class TurnInputDTO(WireModel):
     deadline_at: int | None = Field(None, ge=0, description="Absolute epoch-ms budget for retrieval.")
     render: RenderMode | None = Field(
         None,
-        description="How the injected block is written: full (every section, with ids and scope) or compact (the "
-        "lessons first in their own words, at most retrieval.compact_max_chars); default retrieval.render_mode.",
+        description="How the injected block is written: compact (the lessons first in their own words, at most "
+        "retrieval.compact_max_chars, empty when no lesson fits) or full (every section, with ids, scope and past "
+        "steps); default retrieval.render_mode, compact unless configured.",
     )
 
 

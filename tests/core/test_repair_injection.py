@@ -28,7 +28,7 @@ async def end(core: MemoryCore, session: str, episode: str, ts: int, **extra: An
 
 
 async def test_a_failure_burst_is_injected_into_the_next_turn(core_factory: Any) -> None:
-    core = await core_factory()
+    core = await core_factory(retrieval={"render_mode": "full"})  # the full block's decision-repair header
     first = await start(core, "se_b", "Install the project's dependencies and run the test suite", 1_000)
     episode = first.query.episode_id
     assert episode is not None

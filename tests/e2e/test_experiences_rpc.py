@@ -17,8 +17,10 @@ import pytest
 from memos_bridge.client import ServiceClient
 
 AGENT = "skillflow"
-NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
-HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
+#: These tests read the full block (sections, ids, type labels); turns default to the compact one.
+FULL = {"MEMOS_BRIDGE_RETRIEVAL__RENDER_MODE": "full"}
+NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none", **FULL}
+HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", **FULL}
 TASK_1 = "SEC 13F task 1: parse the infoTable rows of filing_a.xml and write the value per issuer to answers.json"
 TASK_2 = "SEC 13F task 2: parse the infoTable rows of filing_b.xml and write the value per issuer to answers.json"
 TOOLS = [

@@ -61,7 +61,7 @@ def test_a_remembered_memory_is_recalled_merged_and_expires(tmp_path: Path) -> N
 
         session = client.call("session.open", {"agent": AGENT})["sessionId"]
         block = _turn(client, session, "connect psql to the staging database", 1_000)["injectedContext"]
-        assert "## Remembered" in block and "port 5433" in block
+        assert "- Fact: The staging database listens on port 5433" in block  # in its own words, labelled
         assert "imperative mood" not in block  # relevance decides: the commit rule is about something else
         commit = _turn(client, session, "commit the fix for the login form and push the branch", 2_000_000)
         assert "Rule (the user's own): Write commit messages in the imperative mood." in commit["injectedContext"]

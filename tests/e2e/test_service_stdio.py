@@ -137,7 +137,7 @@ def test_recall_in_a_later_session(service: ServiceClient) -> None:
     assert any(of_first_task(hit) for hit in recall["hits"])
     block = recall["injectedContext"]
     assert block.startswith("<relevant-memories>") and block.rstrip().endswith("</relevant-memories>")
-    assert "UNTRUSTED" in block
+    assert "untrusted" in block.casefold()  # the block says recalled memory is data, not instructions
 
 
 def test_a_new_namespace_does_not_see_other_namespaces(service: ServiceClient) -> None:

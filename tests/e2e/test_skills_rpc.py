@@ -32,7 +32,12 @@ from memos_bridge.storage.vectors import to_blob
 
 AGENT = "tester"
 # Room for the two experiences next to the past tasks' steps in tier 2 (the default is 5).
-ENV = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_RETRIEVAL__TIER2_TOP_K": "8"}
+#: These tests read the full block (sections, ids, type labels); turns default to the compact one.
+ENV = {
+    "MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0",
+    "MEMOS_BRIDGE_RETRIEVAL__TIER2_TOP_K": "8",
+    "MEMOS_BRIDGE_RETRIEVAL__RENDER_MODE": "full",
+}
 PARSE = {"name": "bash", "input": {"cmd": "python parse_13f.py filing.xml"}, "output": "parsed 312 infoTable rows"}
 SUM = {"name": "python", "input": {"code": "df.groupby('issuer').value.sum()"}, "output": "41 issuers"}
 WRITE = {"name": "write_file", "input": {"path": "answers.json"}, "output": "ok"}

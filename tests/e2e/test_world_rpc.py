@@ -36,8 +36,10 @@ from tests.core.learning.test_world import (
 )
 
 AGENT = "tester"
-NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none"}
-HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0"}
+#: These tests read the full block (sections, ids, type labels); turns default to the compact one.
+FULL = {"MEMOS_BRIDGE_RETRIEVAL__RENDER_MODE": "full"}
+NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE_LLM__PROVIDER": "none", **FULL}
+HOST_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", **FULL}
 ASK_13F = "SEC 13F task: total the infoTable holdings per issuer and write answers.json"
 
 

@@ -454,7 +454,7 @@ async def test_noise_creates_no_experience(core_factory: Any) -> None:
 
 
 async def test_a_high_salience_avoidance_is_recalled_under_avoid_for_a_similar_task(core_factory: Any) -> None:
-    core = with_stage(await core_factory())
+    core = with_stage(await core_factory(retrieval={"render_mode": "full"}))  # reads the full block's type labels
     episode, _, _ = await run_task(core, "se_f", 1_000_000)
     raw = verifier(passed=0, total=4, failing_fields=["top_class_labels"])
     await submit(core, episode, "negative", 1.0, rationale=AVOID_SCHEMA, raw=raw)

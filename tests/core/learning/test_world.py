@@ -716,7 +716,7 @@ async def test_an_unusable_or_failing_llm_falls_back_to_the_rules(core_factory: 
 
 
 async def test_only_active_confident_world_models_reach_turn_start(core_factory: Any) -> None:
-    core: MemoryCore = await core_factory(learning=WORLD_13F)
+    core: MemoryCore = await core_factory(learning=WORLD_13F, retrieval={"render_mode": "full"})  # its sections
     await _experience(core, SUCCESS, [_setup_episode(core, "ep_s")], policy_id="po_s")
     await _experience(core, AVOID_THOUSANDS, [_setup_episode(core, "ep_t")], policy_id="po_t")
     (model_id,) = (await run_world(core.learning.ctx, "ep_t")).created
