@@ -68,7 +68,7 @@ class BlockValues:
         values += [v for v in tried.values if _key(v) not in ruled_numbers and _significant(v)]
         strings = {s for s in answered.strings if len(s) >= MIN_STRING and s not in given}
         # a clock reading to the second is an answer's shape: when the attempts answered with one, any such
-        # reading a line states is another task's result ("the last one came in at 14:47:04")
+        # reading a line states is another task's result ("the final batch closed at 09:12:51")
         if any(_CLOCK.search(text) for text in answers):
             strings |= {m.group(0) for text in (*answers, *rules) for m in _CLOCK.finditer(text)} - {
                 m.group(0) for m in _CLOCK.finditer(given)

@@ -74,8 +74,8 @@ _DEFINED_BEFORE: Final = re.compile(
     re.IGNORECASE,
 )
 #: A number that is a value found in the data, not a result: seen in it ("whenever you see 999", "a few days show
-#: 999", "rows with 999", "entries of 999"), or said right after it not to be a real value ("999 isn't a weight,
-#: it's what the meter writes when…", "999 — that's the sensor telling us it dropped out"). A result is said
+#: 999", "rows with 999", "entries of 999"), or said right after it not to be a real value ("999 is not a
+#: reading; the meter writes it when…", "999 — that's the sensor telling us it dropped out"). A result is said
 #: otherwise ("should be", "you got", "came to"); a value of the data that way is a marker the rule is about.
 _IN_DATA_BEFORE: Final = re.compile(
     r"\b(?:see|seeing|sees|shows?|showing|shown|readings?\s+of|entries\s+of|values?\s+of|"
@@ -825,7 +825,7 @@ _VERDICT_LINE: Final = re.compile(
 )
 
 
-#: Arithmetic on figures only, with its result ("14 × 12 = 168", "3 x 40.5 = 121.5"): a worked example of one task.
+#: Arithmetic on figures only, with its result ("31 × 7 = 217", "5 x 12.6 = 63"): a worked example of one task.
 _WORKED_EXAMPLE: Final = re.compile(
     r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s*[×x*/÷+−-]\s*\d[\d,]*(?:\.\d+)?\s*=\s*\d", re.IGNORECASE
 )

@@ -140,27 +140,16 @@ def feedback_params(task: Task, style: str, episode_id: str, trace_ids: list[str
     value = task.feedback[style]
     if task.passes:  # praise of a right answer: a verified success
         params["polarity"] = "positive"
-        if style == "verifier_payload":
-            block = dict(value) if isinstance(value, dict) else {"message": str(value)}
-            params["raw"]["verifier"] = {
-                "task": task.id,
-                "passed": block.get("total", 1),
-                "total": block.get("total", 1),
-            }
-            params["rationale"] = str(block.get("message", "")) or "Correct."
-        else:
-            params["rationale"] = str(value)
-        return params
     if style == "verifier_payload":
         block = dict(value) if isinstance(value, dict) else {"message": str(value)}
-        params["raw"]["verifier"] = {
-            "task": task.id,
-            "passed": block.get("passed", 0),
-            "total": block.get("total", 1),
-            "expected": task.expected,
-            "actual": task.naive,
-            "message": block.get("message", ""),
-        }
+        total = block.get("total", 1)
+        verdict: dict[str, Any] = {"task": task.id, "passed": total if task.passes else block.get("passed", 0)}
+        verdict["total"] = total
+        if task.passes:
+            params["rationale"] = str(block.get("message", "")) or "Correct."
+        else:
+            verdict.update(expected=task.expected, actual=task.naive, message=block.get("message", ""))
+        params["raw"]["verifier"] = verdict
     else:
         params["rationale"] = str(value)
     return {k: v for k, v in params.items() if v is not None}

@@ -219,8 +219,8 @@ def scan_text(text: str, where: str, prints: Sequence[Fingerprint]) -> list[Hit]
         for run in runs.keys() & fp.shingles:
             hits.append(Hit(where, runs[run], "shingle", " ".join(run), fp.family, fp.split))
         for i, (token, start) in enumerate(spans):
-            for label, tokens, pattern in fp.identifiers.get(token, ()):
-                if tuple(t for t, _ in spans[i : i + len(tokens)]) != tokens:
+            for label, wanted, pattern in fp.identifiers.get(token, ()):
+                if tuple(t for t, _ in spans[i : i + len(wanted)]) != wanted:
                     continue
                 if pattern.match(text, start) is None and pattern.match(text, max(0, start - 1)) is None:
                     continue

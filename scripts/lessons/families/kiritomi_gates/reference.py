@@ -53,9 +53,5 @@ def solve(task_id: str, data_dir: Path, naive: bool = False) -> dict:
         day_rides = [r["vert"] for r in rows if r["pass_cat"] == "DAY" and ride(r)]
         return {"mean_vertical_m": round(sum(day_rides) / len(day_rides), 2)}
     if task_id == "lp-7":
-        return {
-            "vertical_m": sum(
-                r["vert"] for r in rows if local(r).date().isoformat() == "2025-02-15" and ride(r)
-            )
-        }
+        return {"vertical_m": sum(r["vert"] for r in rows if local(r).date().isoformat() == "2025-02-15" and ride(r))}
     raise KeyError(task_id)
