@@ -57,6 +57,18 @@ class Cluster:
     b: Daemon
     sql: Engine
     idle_trace: str  # captured 20 days ago: each decay run weakens it once
+    logs: dict[str, Path]
+
+    def learning_log(self) -> str:
+        """What both daemons logged about learning and errors (shown when an assertion on learning fails)."""
+        keep = ("learning", "experiences", "ERROR", "WARNING", "Error")
+        lines = [
+            f"{name}: {line}"
+            for name, path in self.logs.items()
+            for line in path.read_text(errors="replace").splitlines()
+            if any(word in line for word in keep)
+        ]
+        return "\n".join(lines[-60:])
 
 
 def _spawn(name: str, home: Path, url: str, log: Path) -> Daemon:
@@ -106,7 +118,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             sql = create_engine(url)
             with daemons[0].connect() as client:
                 idle_trace = _capture_idle_trace(client)
-            yield Cluster(daemons[0], daemons[1], sql, idle_trace)
+            yield Cluster(daemons[0], daemons[1], sql, idle_trace, logs)
             sql.dispose()
         finally:
             for daemon in daemons:
@@ -272,7 +284,7 @@ def test_a_task_is_learned_once_and_recalled_through_the_other_daemon(cluster: C
             ).all()
         assert requested >= 2  # ended in B, verdict through A
         assert runs == 1, "the chain ran once for both requests"
-        assert len(learned) >= 1
+        assert len(learned) >= 1, cluster.learning_log()
 
         # the chain's events (made in A) reach B's host of the namespace, once, and A's once: no echo
         def heard(client: ServiceClient, event_type: str) -> list[dict[str, Any]]:

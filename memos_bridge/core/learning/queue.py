@@ -10,6 +10,9 @@ Rules it enforces, and why:
 * **Bounded.** At most `concurrency` chains run at once.
 * **Foreground first.** Before each stage a chain waits (up to `FOREGROUND_PATIENCE_S`) until no
   `turn.start`/`turn.end` is in flight: learning must not slow the agent's next answer down.
+* **A lost lock race runs again.** On a shared database another service's transaction may hold rows the chain
+  writes, and PostgreSQL cancels one of the two (a deadlock or serialization failure). Every stage is
+  idempotent (feedback already absorbed is skipped), so the chain runs again, up to `CHAIN_ATTEMPTS` times.
 * **Drained by flush.** `flush()` fires every waiting episode now and returns when nothing is pending or
   running: `memory.flush`, `session.close` and shutdown call it, so "flushed" means "learned".
 * **Once across services.** When several services share one database (PostgreSQL), each has its own queue,
@@ -38,11 +41,16 @@ import anyio.abc
 
 from memos_bridge.core.learning.claims import ChainClaims
 from memos_bridge.storage.claims import Claim
+from memos_bridge.storage.locks import is_lock_conflict
 from memos_bridge.storage.priority import background
 
 log = logging.getLogger(__name__)
 
 FOREGROUND_PATIENCE_S = 2.0
+#: Runs of one chain when the database cancels it for a lock conflict with another service, and the pause
+#: before the next run (times the attempt).
+CHAIN_ATTEMPTS = 3
+CHAIN_RETRY_PAUSE_S = 0.2
 REMEMBERED_REQUESTS = 10_000  # episodes whose last recorded request generation is kept for their next run
 
 Chain = Callable[[str, str], Awaitable[object]]  # (episode id, trigger) -> report
@@ -94,6 +102,7 @@ class QueueStats:
     chains_failed: int = 0
     coalesced: int = 0
     covered: int = 0  # requests another service's run (or an earlier one) had answered already
+    lock_retries: int = 0  # chains run again after the database cancelled them for a lock conflict
     last_error: str = ""
     by_trigger: dict[str, int] = field(default_factory=dict)
 
@@ -340,10 +349,36 @@ class LearningQueue:
 
     async def _run_once(self, episode_id: str, trigger: str) -> None:
         self.stats.by_trigger[trigger.split(":")[0]] = self.stats.by_trigger.get(trigger.split(":")[0], 0) + 1
-        try:
-            await self._chain(episode_id, trigger)
-            self.stats.chains_run += 1
-        except Exception as exc:
-            self.stats.chains_failed += 1
-            self.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
-            log.exception("learning chain for %s failed (trigger %s)", episode_id, trigger)
+        for attempt in range(1, CHAIN_ATTEMPTS + 1):
+            try:
+                await self._chain(episode_id, trigger)
+                self.stats.chains_run += 1
+                return
+            except Exception as exc:
+                if attempt < CHAIN_ATTEMPTS and _lost_lock_race(exc):
+                    self.stats.lock_retries += 1
+                    log.info(
+                        "learning chain for %s lost a lock race (attempt %d); running it again", episode_id, attempt
+                    )
+                    await anyio.sleep(CHAIN_RETRY_PAUSE_S * attempt)
+                    continue
+                self._failed(episode_id, trigger, exc)
+                return
+
+    def _failed(self, episode_id: str, trigger: str, exc: Exception) -> None:
+        """A failing chain is counted and logged; the queue goes on with the others."""
+        self.stats.chains_failed += 1
+        self.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        log.error("learning chain for %s failed (trigger %s)", episode_id, trigger, exc_info=exc)
+
+
+def _lost_lock_race(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is a database lock conflict (`storage/locks.py`)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if is_lock_conflict(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

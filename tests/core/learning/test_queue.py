@@ -113,3 +113,49 @@ async def test_background_waits_for_foreground_requests_with_bounded_patience() 
     with gate.foreground():  # a request that never ends cannot starve learning forever
         await gate.wait_quiet(patience_s=0.05)
     assert anyio.current_time() - started < 1
+
+
+class _Cancelled(Exception):
+    """Stands for the driver's error when PostgreSQL cancels a statement as a deadlock."""
+
+    sqlstate = "40P01"
+
+
+async def test_a_chain_the_database_cancels_for_a_lock_conflict_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from memos_bridge.core.learning import queue as queue_module
+
+    monkeypatch.setattr(queue_module, "CHAIN_RETRY_PAUSE_S", 0.0)
+    runs: list[str] = []
+
+    async def chain(episode: str, trigger: str) -> None:
+        runs.append(episode)
+        if episode == "ep_locked" and runs.count(episode) == 1:
+            try:
+                raise OperationalError("UPDATE policies …", {}, _Cancelled("deadlock detected"))
+            except OperationalError as exc:
+                raise RuntimeError("the stage's write failed") from exc  # a stage may wrap it
+        if episode == "ep_always":
+            raise OperationalError("UPDATE traces …", {}, _Cancelled("deadlock detected"))
+
+    queue = LearningQueue(chain, window_s=30, concurrency=1)
+    await queue.run_now("ep_locked", "explicit_feedback")
+    assert runs == ["ep_locked", "ep_locked"]
+    assert queue.stats.chains_run == 1 and queue.stats.chains_failed == 0 and queue.stats.lock_retries == 1
+
+    await queue.run_now("ep_always", "explicit_feedback")  # bounded: it gives up after the last attempt
+    assert runs.count("ep_always") == queue_module.CHAIN_ATTEMPTS
+    assert queue.stats.chains_failed == 1 and "deadlock" in queue.stats.last_error
+
+
+async def test_a_chain_failing_for_another_reason_is_not_run_again() -> None:
+    runs: list[str] = []
+
+    async def chain(episode: str, trigger: str) -> None:
+        runs.append(episode)
+        raise ValueError("a bug, not a lock race")
+
+    queue = LearningQueue(chain, window_s=30, concurrency=1)
+    await queue.run_now("ep_1", "explicit_feedback")
+    assert runs == ["ep_1"] and queue.stats.chains_failed == 1 and queue.stats.lock_retries == 0
