@@ -861,6 +861,7 @@ class Retriever:
                 words=[str(word) for word in lesson.get("words") or []],
                 contexts=_context_vectors(lesson.get("contexts")),
                 sessions=[str(session) for session in lesson.get("sessions") or []],
+                inputs=[str(name) for name in lesson.get("inputs") or []],
                 instance=[str(phrase) for phrase in lesson.get("instance") or []],
                 answers=[str(answer) for answer in lesson.get("answers") or []],
                 source_episodes=[str(e) for e in row.source_episodes_json or []],
@@ -1203,7 +1204,11 @@ def _lessons_of_the_work(
             and payload.experience_type not in TASK_RECORD_TYPES
         ):
             named = _about(payload, request, files, words=False)
-            views.append(work_gate.LessonView(cand.ref_id, payload.contexts, payload.terms, payload.sessions, named))
+            views.append(
+                work_gate.LessonView(
+                    cand.ref_id, payload.contexts, payload.terms, payload.sessions, named, payload.inputs
+                )
+            )
     if not views:
         return None
     view = work_gate.RequestView(context.vector, request, context.session_id, files.subject)

@@ -104,6 +104,8 @@ class ExperienceSnippet:
     #: the unit vectors of the requests it was learnt on, and their sessions (recall compares the request)
     contexts: list[Any] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
+    #: the files its episodes' tool calls worked on (lessons learnt on the same input are of one work)
+    inputs: list[str] = field(default_factory=list)
     #: what the learning stage took out of the feedback as its attempt's content ("expected 412, got 980"), what
     #: the attempts it was learnt on answered and were expected to answer, and the tasks it was learnt on
     instance: list[str] = field(default_factory=list)

@@ -7,7 +7,8 @@ is the request it was learnt on: a lesson keeps those requests as vectors (`Expe
 requests of one piece of work are close in meaning (`rules.work`).
 
 The gate groups the recalled lessons into works — two lessons are of one work when one of the requests the one
-was learnt on is close to one of the other's, or when they were learnt on the same files — and keeps the works
+was learnt on is close to one of the other's, or when they were learnt on the same files (named in their terms,
+or read by the tool calls of the episodes they were learnt on) — and keeps the works
 whose closest request is close to this request and about as close as the closest work's (`WORK_MARGIN`). So the
 sibling lessons of the closest work come back together, although each was learnt on another task of it, and a
 look-alike request of another project does not bring that project's lessons. On top of that:
@@ -44,6 +45,9 @@ SESSION_SIMILARITY: Final = 0.35
 #: A lesson whose terms the request names comes back at this closeness, its work within `NAMED_MARGIN`.
 NAMED_SIMILARITY: Final = 0.45
 NAMED_MARGIN: Final = 0.2
+#: Two lessons whose episodes read a file of the same name are of one work when their requests are at least this
+#: close (one project's tasks on its file; another project's file of the same name is asked about in other words).
+INPUT_WORK_SIMILARITY: Final = 0.45
 
 
 @dataclass
@@ -56,6 +60,8 @@ class LessonView:
     sessions: list[str] = field(default_factory=list)
     #: whether the request names one of its terms (the caller's test: `rules.subjects.mentions`)
     named: bool = False
+    #: the files the episodes it was learnt on worked on (read by their tool calls)
+    inputs: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
         work_best[work] = max(work_best.get(work, -1.0), closeness[index])
     best = max(work_best.values())
     companies = {name.casefold() for name in owner_names(request.text)}
+    work_companies: dict[int, set[str]] = {}
+    for index, lesson in enumerate(lessons):
+        work_companies.setdefault(works[index], set()).update(_companies(lesson))
     # the works the request's own files point to: a lesson learnt on requests that named no file must be of one
     anchored = {
         works[i]
@@ -94,7 +103,7 @@ def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
             continue
         if anchored and not _files(lesson.terms) and works[index] not in anchored:
             continue  # the request names its files, and they are another work's than this nameless lesson's
-        if _other_subject(lesson, request, companies):
+        if _other_subject(lesson, request, companies, work_companies[works[index]]):
             continue
         if (own_work >= WORK_SIMILARITY and own_work >= best - WORK_MARGIN) or (
             lesson.named and own_work >= NAMED_SIMILARITY and own_work >= best - NAMED_MARGIN
@@ -118,29 +127,48 @@ def _works(lessons: Sequence[LessonView]) -> list[int]:
         return bool(files[i] and files[j]) and not same_inputs(files[i], files[j])
 
     owners = [i for i, lesson in enumerate(lessons) for _ in lesson.contexts]
+    near = np.full((len(lessons), len(lessons)), -1.0)  # the closest pair of requests of two lessons
     if owners:
         matrix = np.stack([context for lesson in lessons for context in lesson.contexts])
-        close = matrix @ matrix.T >= SAME_WORK_SIMILARITY
+        similarity = matrix @ matrix.T
+        index = np.asarray(owners)
+        np.maximum.at(near, (index[:, None], index[None, :]), similarity)
+        close = similarity >= SAME_WORK_SIMILARITY
         for a, b in zip(*np.nonzero(close), strict=True):
             if owners[a] != owners[b] and not other_files(owners[a], owners[b]):
                 groups.join(owners[a], owners[b])
+    inputs = [lesson.inputs for lesson in lessons]
     for i in range(len(lessons)):
         for j in range(i + 1, len(lessons)):
             if files[i] and files[j] and not other_files(i, j):
                 groups.join(i, j)
+            elif not other_files(i, j) and _shared_file(inputs[i], inputs[j]) and near[i, j] >= INPUT_WORK_SIMILARITY:
+                groups.join(i, j)  # learnt on the very same input file, by requests of one domain
     return groups.labels()
+
+
+def _shared_file(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two lessons' episodes read a file of the same name (the name itself: a sibling file of another
+    export, which `same_inputs` accepts for the files a request names, may be another project's)."""
+    return bool({name.casefold() for name in a} & {name.casefold() for name in b})
 
 
 def _files(terms: Sequence[str]) -> list[str]:
     return [term for term in terms if FILE.fullmatch(term)]
 
 
-def _other_subject(lesson: LessonView, request: RequestView, companies: set[str]) -> bool:
+def _companies(lesson: LessonView) -> set[str]:
+    return {term.casefold() for term in lesson.terms if _is_company(term)}
+
+
+def _other_subject(lesson: LessonView, request: RequestView, companies: set[str], work_companies: set[str]) -> bool:
     """Whether the request names files or a company, and the lesson's work names others (and none of these). A
-    company both name makes them one house, whatever its files; otherwise files decide when both name some (a
-    request about one house's files may also name a customer of that house)."""
-    their_companies = {term.casefold() for term in lesson.terms if _is_company(term)}
-    if companies & their_companies:
+    company both name makes them one house, whatever its files; a name the request shares with another lesson of
+    the same work does too (a name may be a place or an item in one data set: two lessons learnt on the same
+    records, one on a request naming one of its depots and one naming another, are of one work); otherwise files
+    decide when both name some (a request about one house's files may also name a customer of that house)."""
+    their_companies = _companies(lesson)
+    if companies & (their_companies | work_companies):
         return False  # one house: its conventions hold for all of its files
     theirs = _files(lesson.terms)
     if request.files and theirs:  # files decide when both sides name some (a request may also name a customer)

@@ -105,3 +105,15 @@ def test_files_a_write_call_or_a_run_reports_as_written() -> None:
     assert reported_written("wrote answer.json") == ["answer.json"]
     assert reported_written({"stdout": "created summary.md"}) == ["summary.md"]
     assert reported_written("read orders.csv: 20 rows") == []
+
+
+def test_the_files_an_episode_worked_on_are_those_its_calls_named_and_did_not_write() -> None:
+    from memos_bridge.core.learning.experiences.store import _inputs, named_files
+
+    script = {"path": "solve.py", "content": "import csv\nrows = list(csv.DictReader(open('data/orders.csv')))"}
+    assert sorted(named_files(script)) == ["orders.csv", "solve.py"]
+    assert named_files({"path": "/work/in/pump_readings.csv"}) == ["pump_readings.csv"]
+    named = ["solve.py", "orders.csv", "answer.json", "rates.json"]
+    asks = ["Total the orders and write the sum to answer.json."]
+    # what it wrote (solve.py) and what the request asked to be written (answer.json) are not what it worked on
+    assert _inputs(named, ["solve.py"], asks) == ("orders.csv", "rates.json")

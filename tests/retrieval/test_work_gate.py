@@ -73,3 +73,25 @@ def test_a_nameless_lesson_gives_way_to_the_work_the_requests_files_name() -> No
     sibling = LessonView("po_sibling", [unit(0.8, 0.6, 0)])  # learnt on the same work without naming the file
     assert select([own, sibling], request) == {"po_own", "po_sibling"}
     assert select([nameless], request) == {"po_nameless"}  # nothing on the request's files: it may come back
+
+
+def test_lessons_learnt_on_the_same_input_file_are_one_work_when_their_requests_are_of_one_domain() -> None:
+    request = RequestView(unit(1, 0, 0), "Which pump ran longest in the readings log?")
+    near = LessonView("po_near", [unit(0.8, 0.6, 0)], inputs=["pump_readings.csv"])  # 0.80 from the request
+    # 0.62 from the request, far below the closest work, 0.50 from po_near's request: another work by meaning
+    far = LessonView("po_far", [unit(0.62, 0, 0.785)], inputs=["pump_readings.csv"])
+    assert select([near, far], request) == {"po_near", "po_far"}  # the same file read: one work
+    elsewhere = LessonView("po_far", [unit(0.62, 0, 0.785)], inputs=["valve_checks.csv"])
+    assert select([near, elsewhere], request) == {"po_near"}
+    # a file of the same name asked about in unrelated words (another project's) does not join them
+    unrelated = LessonView("po_unrelated", [unit(0.62, -0.78, 0.0)], inputs=["pump_readings.csv"])  # 0.03 from near
+    assert select([near, unrelated], request) == {"po_near"}
+
+
+def test_a_name_the_request_shares_with_one_lesson_of_a_work_vouches_for_the_others() -> None:
+    request = RequestView(unit(1, 0, 0), "How many crates did the East Yard load?")
+    # names in one data set (two yards) read as houses: alone, the other yard's lesson is another subject
+    east = LessonView("po_east", [unit(0.9, 0.436, 0)], terms=["East Yard"], inputs=["crate_moves.csv"])
+    west = LessonView("po_west", [unit(0.85, 0, 0.527)], terms=["West Yard"], inputs=["crate_moves.csv"])
+    assert select([west], request) == set()
+    assert select([east, west], request) == {"po_east", "po_west"}

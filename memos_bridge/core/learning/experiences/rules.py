@@ -198,6 +198,7 @@ class EpisodeFacts:
     started_at: int = 0
     written: tuple[str, ...] = ()  # files the agent wrote (its output, not what a lesson is about)
     session_id: str = ""
+    read: tuple[str, ...] = ()  # files the agent's tool calls named and did not write: what the work was on
 
 
 @dataclass(frozen=True)

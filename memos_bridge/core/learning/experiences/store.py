@@ -46,7 +46,7 @@ from memos_bridge.core.learning.l2_signature import call_failed
 from memos_bridge.core.mappers import policy_dto
 from memos_bridge.core.namespace import list_scope, row_scope
 from memos_bridge.ids import new_id
-from memos_bridge.rules.subjects import Subject
+from memos_bridge.rules.subjects import Subject, requested_outputs
 from memos_bridge.rules.text import clip, numbered, numbered_steps, produced_numbers, to_text
 from memos_bridge.storage.database import Database
 from memos_bridge.storage.fts import fts_search
@@ -75,6 +75,17 @@ def reported_written(tool_output: Any) -> list[str]:
     file names it only in its run's output, and that file says nothing about what a lesson is about."""
     text = to_text(tool_output)[:4000]
     return [m.group(0) for m in FILE_NAME.finditer(text) if _PRODUCED.search(text[max(0, m.start() - 30) : m.start()])]
+
+
+def named_files(tool_input: Any) -> list[str]:
+    """Every file a tool call's input names, as a bare file name: a path argument (`path=data/orders.csv`) or a
+    file named inside a script or a command (`open('orders.csv')`)."""
+    names = (token.rsplit("/", 1)[-1] for token in _PATH_TOKEN.findall(to_text(tool_input)[:8000].replace("\\", "/")))
+    return list(dict.fromkeys(name for name in names if FILE_NAME.fullmatch(name)))
+
+
+#: A path or a file name as it stands in a call's input (its last part is the file's name).
+_PATH_TOKEN: Final = re.compile(r"[\w.~/-]+")
 
 
 def written_files(tool_input: Any) -> list[str]:
@@ -117,12 +128,22 @@ def absorbed_feedback(db: Session, feedback_ids: Sequence[str]) -> set[str]:
     return {fid for row in rows for fid in (row or []) if fid in ids}
 
 
+def _inputs(named: Sequence[str], written: Sequence[str], asks: Sequence[str]) -> tuple[str, ...]:
+    """The files the episode worked on: those its tool calls named, less what it wrote and what a request asked
+    to be written (a harness's answer file, named in every task's script, says nothing about the work)."""
+    output = {name.casefold() for name in written}
+    for ask in asks:
+        output |= {name.casefold() for name in requested_outputs(ask)}
+    return tuple(dict.fromkeys(name for name in named if name.casefold() not in output))
+
+
 def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequence[TraceRow]) -> EpisodeFacts:
     asks = [t.user_text for t in turns if t.user_text.strip()] or [t.user_text for t in traces if t.user_text.strip()]
     tools: list[str] = []
     steps: list[str] = []
     failed: list[str] = []
     written: list[str] = []
+    named: list[str] = []
     reply = next((t.agent_text for t in reversed(traces) if t.step_kind == "reply" and t.agent_text.strip()), "")
     # What the attempt produced (numbers its reply reports that no request gave): a kept step shows its
     # place, not that answer, which is wrong for any other task.
@@ -134,6 +155,7 @@ def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequen
             name = str(call.get("name") or "tool")
             if name not in tools:
                 tools.append(name)
+            named.extend(named_files(call.get("input")))
             if _WRITES.search(name):
                 written.extend(written_files(call.get("input")))
             if not call_failed(call):
@@ -155,6 +177,7 @@ def _episode_facts(episode: EpisodeRow, turns: Sequence[TurnRow], traces: Sequen
         started_at=episode.started_at,
         written=tuple(dict.fromkeys(written)),
         session_id=episode.session_id or "",
+        read=_inputs(named, written, asks),
     )
 
 
@@ -434,19 +457,27 @@ def _absorb(
 
 #: Requests (and their sessions) a lesson keeps as the contexts it was learnt in: the newest ones.
 MAX_CONTEXTS: Final = 6
+#: Input files a lesson keeps (the files its episodes' tool calls worked on): the newest ones.
+MAX_INPUTS: Final = 12
 
 
 def _contexts(stored: dict[str, Any], plan: Plan, episode: EpisodeFacts) -> dict[str, Any]:
-    """The `contexts` and `sessions` of a lesson record: the requests it was learnt on, as vectors (a request
-    like one of them is about the same work, whether or not it names a file or a company), and their sessions
-    (a host's session is usually one piece of work). Kept newest last, at most `MAX_CONTEXTS`."""
+    """The `contexts`, `sessions` and `inputs` of a lesson record: the requests it was learnt on, as vectors (a
+    request like one of them is about the same work, whether or not it names a file or a company), their sessions
+    (a host's session is usually one piece of work), and the files those episodes' tool calls read (two lessons
+    learnt on the same input file are of one work however differently their requests were worded). Kept newest
+    last, at most `MAX_CONTEXTS` / `MAX_INPUTS`."""
     contexts = [str(c) for c in stored.get("contexts") or []]
     sessions = [str(s) for s in stored.get("sessions") or []]
+    inputs = [str(f) for f in stored.get("inputs") or []]
     if plan.context is not None:
         contexts = [*contexts, vector_text(plan.context)][-MAX_CONTEXTS:]
     if episode.session_id:
         sessions = [*[s for s in sessions if s != episode.session_id], episode.session_id][-MAX_CONTEXTS:]
-    return {"contexts": contexts, "sessions": sessions}
+    if episode.read:
+        fresh = {f.casefold() for f in episode.read}
+        inputs = [*[f for f in inputs if f.casefold() not in fresh], *episode.read][-MAX_INPUTS:]
+    return {"contexts": contexts, "sessions": sessions, "inputs": inputs}
 
 
 def _merge(
