@@ -167,13 +167,12 @@ def _other_subject(lesson: LessonView, request: RequestView, companies: set[str]
     the same work does too (a name may be a place or an item in one data set: two lessons learnt on the same
     records, one on a request naming one of its depots and one naming another, are of one work); otherwise files
     decide when both name some (a request about one house's files may also name a customer of that house)."""
-    their_companies = _companies(lesson)
-    if companies & (their_companies | work_companies):
+    if companies & work_companies:  # the work's names include the lesson's own
         return False  # one house: its conventions hold for all of its files
     theirs = _files(lesson.terms)
     if request.files and theirs:  # files decide when both sides name some (a request may also name a customer)
         return not same_inputs(theirs, request.files)
-    return bool(companies and their_companies)
+    return bool(companies and _companies(lesson))
 
 
 def _is_company(term: str) -> bool:

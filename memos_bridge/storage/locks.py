@@ -65,8 +65,16 @@ def is_unique_violation(exc: BaseException) -> bool:
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
-    """True when the database cancelled a statement because another transaction held its rows (deadlock)."""
-    return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in LOCK_CONFLICTS
+    """True when the database cancelled a statement because another transaction held its rows (deadlock), also
+    when that error is the cause of the one raised (a stage that wraps the driver's error)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain is short; the bound guards against a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, DBAPIError) and getattr(seen.orig, "sqlstate", None) in LOCK_CONFLICTS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def lock_rows(db: Session, model: Any, ids: Iterable[str]) -> None:

@@ -355,7 +355,7 @@ class LearningQueue:
                 self.stats.chains_run += 1
                 return
             except Exception as exc:
-                if attempt < CHAIN_ATTEMPTS and _lost_lock_race(exc):
+                if attempt < CHAIN_ATTEMPTS and is_lock_conflict(exc):
                     self.stats.lock_retries += 1
                     log.info(
                         "learning chain for %s lost a lock race (attempt %d); running it again", episode_id, attempt
@@ -370,15 +370,3 @@ class LearningQueue:
         self.stats.chains_failed += 1
         self.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
         log.error("learning chain for %s failed (trigger %s)", episode_id, trigger, exc_info=exc)
-
-
-def _lost_lock_race(exc: BaseException) -> bool:
-    """Whether `exc`, or an exception it was raised from, is a database lock conflict (`storage/locks.py`)."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if is_lock_conflict(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

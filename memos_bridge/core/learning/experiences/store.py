@@ -77,15 +77,15 @@ def reported_written(tool_output: Any) -> list[str]:
     return [m.group(0) for m in FILE_NAME.finditer(text) if _PRODUCED.search(text[max(0, m.start() - 30) : m.start()])]
 
 
+#: A path or a file name as it stands in a call's input (its last part is the file's name).
+_PATH_TOKEN: Final = re.compile(r"[\w.~/-]+")
+
+
 def named_files(tool_input: Any) -> list[str]:
     """Every file a tool call's input names, as a bare file name: a path argument (`path=data/orders.csv`) or a
     file named inside a script or a command (`open('orders.csv')`)."""
     names = (token.rsplit("/", 1)[-1] for token in _PATH_TOKEN.findall(to_text(tool_input)[:8000].replace("\\", "/")))
     return list(dict.fromkeys(name for name in names if FILE_NAME.fullmatch(name)))
-
-
-#: A path or a file name as it stands in a call's input (its last part is the file's name).
-_PATH_TOKEN: Final = re.compile(r"[\w.~/-]+")
 
 
 def written_files(tool_input: Any) -> list[str]:
