@@ -59,6 +59,7 @@ from memos_bridge.retrieval.render import (
 )
 from memos_bridge.rules.block_filter import BlockValues
 from memos_bridge.rules.lessons import specific_tokens
+from memos_bridge.rules.scope import bears_on
 from memos_bridge.rules.subjects import FILE, identifiers, mentions, requested_outputs, shares_words
 from memos_bridge.rules.text import clip
 from memos_bridge.storage import hotpath
@@ -931,7 +932,7 @@ class Retriever:
             payload = cand.payload
             needed = floor
             if works is not None and cand.ref_id in works.judged:
-                if cand.ref_id in works.kept:
+                if cand.ref_id in works.kept and _bears_on(payload, request, context):
                     kept.append(cand)
                 continue
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
@@ -1171,6 +1172,20 @@ def _about(
         and bool(payload.words)
         and shares_words(request, payload.words)
     )
+
+
+#: A request this close to one a lesson was learnt on is that task again: its own lessons bear on it.
+SAME_TASK_SIMILARITY = 0.9
+
+
+def _bears_on(payload: Any, request: str, context: RequestContext | None) -> bool:
+    """Whether a lesson of the request's work can bear on this task (`rules.scope`): the work's lessons come back
+    together, and a clock rule shown to a task that involves no time of day is applied by a small model all the
+    same. The task it was learnt on, asked again, always gets it."""
+    if not isinstance(payload, ExperienceSnippet) or bears_on(" ".join(payload.lesson), request):
+        return True
+    vector = context.vector if context is not None else None
+    return vector is not None and any(float(np.dot(vector, c)) >= SAME_TASK_SIMILARITY for c in payload.contexts)
 
 
 @dataclass(frozen=True)

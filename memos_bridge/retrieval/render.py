@@ -578,6 +578,7 @@ COMPACT_LINE_CHARS = 300
 #: Roles whose lines read as something that went wrong, not as a rule: shown after "Avoid:".
 _AVOID_ROLES = frozenset({"diagnosis", "note", "observation"})
 _CJK_TEXT = re.compile(r"[\u3400-\u9fff]")
+_QUESTION = re.compile(r"[?？]\s*$")
 #: Openings that already say "avoid": such a line is not labelled a second time.
 _NEGATED = ("avoid", "do not", "don't", "never")
 
@@ -593,7 +594,8 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
         step for step in numbered_steps(exp.procedure) if not instance_specific(step) and not is_tool_call_line(step)
     ]
     roles = exp.roles if len(exp.roles) == len(exp.lesson) and exp.lesson else [""] * len(lines)
-    usable = [i for i in range(len(lines)) if roles[i] not in _NOT_A_LESSON]
+    # a question ("Under a gram per parcel?") asks the reader to look again; it states no rule of its own
+    usable = [i for i in range(len(lines)) if roles[i] not in _NOT_A_LESSON and not _QUESTION.search(lines[i])]
     # the lines in the request's script first, then those that say most (a kind of rule, names, units, numbers);
     # a further line only when it adds a particular the lines chosen so far do not state
     ranked = sorted(usable, key=lambda i: (not _same_script(lines[i], query), -len(_particulars(lines[i])), i))

@@ -212,3 +212,39 @@ def test_a_host_llm_rewording_is_used_only_when_it_keeps_the_lessons_key_terms(
     else:
         assert learnt["title"] != "Crate weights" and "0.4536" in learnt["procedure"]
     assert "0.4536" in injected and "gross_lb" in injected
+
+
+def test_a_clock_lesson_reaches_a_task_of_its_work_that_involves_time_and_not_one_that_involves_none(
+    tmp_path: Path,
+) -> None:
+    """The lessons of one work come back together, but a clock rule is only for a task that involves time: a
+    small model shown it on a plain count filters a day it was never asked for."""
+    task = "From kiosk_orders.csv, which order was the first one of shop day 2031-05-06? Write result.json"
+    with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
+        ts = 1_700_000_000_000
+        episode, _ = attempt(client, task, ts, '{"order": "K-101"}')
+        client.call(
+            "feedback.submit",
+            {
+                "episodeId": episode,
+                "polarity": "negative",
+                "magnitude": 1.0,
+                "rationale": "Not quite. The kiosk clock writes UTC and the shop keeps UTC+2, "
+                "so add two hours to every time before picking the day.",
+                "ts": ts + 120_000,
+            },
+            timeout=90,
+        )
+        client.call("memory.flush", {})
+        timed = recall(
+            client,
+            "From kiosk_orders.csv, how many orders came in before 09:00 shop time? Write result.json",
+            ts + 3 * HOUR,
+        )
+        timeless = recall(
+            client,
+            "From kiosk_orders.csv, which kiosk took the most orders? Count every row. Write result.json",
+            ts + 6 * HOUR,
+        )
+    assert "UTC" in timed, timed
+    assert "UTC" not in timeless, timeless

@@ -117,3 +117,20 @@ def test_the_files_an_episode_worked_on_are_those_its_calls_named_and_did_not_wr
     asks = ["Total the orders and write the sum to answer.json."]
     # what it wrote (solve.py) and what the request asked to be written (answer.json) are not what it worked on
     assert _inputs(named, ["solve.py"], asks) == ("orders.csv", "rates.json")
+
+
+def test_compact_block_shows_no_question_as_a_lesson_line() -> None:
+    lesson = ExperienceSnippet(
+        ref_id="po_4",
+        experience_type="failure_avoidance",
+        title="parcel mass is in grams",
+        trigger="",
+        procedure="",
+        verification="",
+        boundary="",
+        lesson=["Under a gram per parcel?", "The mass column holds grams; divide by 1000 for kilograms."],
+        roles=["note", "convention"],
+    )
+    block = render_compact(RenderInput(query="total parcel mass in kg", experiences=[lesson]))
+    assert "divide by 1000" in block
+    assert "Under a gram" not in block
