@@ -126,6 +126,9 @@ _PRAISE: Final = re.compile(
 )
 #: A verdict on the attempt itself ("That won't run", "tw rejects it", "Bad news: …"): not a lesson.
 _ATTEMPT_VERDICT: Final = re.compile(
+    # a checker's heading: "row-count check failed", "FAIL sums test", "total validation did not pass"
+    r"^\W*(?:[\w./-]+[\s-]){0,4}?(?:check|test|validation|verification|assertion)s?\s+(?:failed|fails|did\s+not\s+"
+    r"pass|didn'?t\s+pass)\b|^\W*FAIL(?:ED|URE)?\b|"
     r"\b(?:won'?t|doesn'?t|didn'?t|can'?t)\s+(?:run|work|compile|parse|load|match|pass|start)\b|"
     r"\b(?:rejects?|rejected|refuses?|refused|fails?|failed|breaks?|broke|crash(?:es|ed)?)\s+(?:it|this|that|them|"
     r"the\s+(?:command|call|request|answer|output|file|line|query))\b|^\W*(?:good|bad)\s+news\b",
@@ -147,6 +150,46 @@ _EVALUATIVE_PREDICATE: Final = re.compile(
     # agreeing with the judge is a verdict too ("answers.json matches the verifier", "与预期一致")
     r"\b(?:match(?:es|ed)?|agrees?\s+with|(?:is|are)\s+identical\s+to)\s+(?:\w+\s+){0,2}?(?:the\s+)?(?:verifier|"
     r"expected|expectations?|reference|oracle|answer\s+key|checks?|tests?)\b|与预期一致|和预期一致|符合预期|与期望一致",
+    re.IGNORECASE,
+)
+_QUESTION: Final = re.compile(r"[?？]\s*$")
+#: A checker's heading before what it found ("row-count check failed: …", "FAIL totals: …").
+_VERDICT_HEADING: Final = re.compile(
+    r"^\W*(?:(?:[\w./-]+[\s-]){0,4}?(?:check|test|validation|verification|assertion)s?\s+(?:failed|fails|did\s+not\s+"
+    r"pass|didn'?t\s+pass)|(?:[\w-]+\s+){0,2}(?:FAIL(?:ED|URE)?|mismatch)\b[^:：]{0,60})\s*[:：—–,-]\s*|"
+    r"^\s*\[[^\]\n]{1,40}\]\s*",  # a checker's tag: "[totals-check] …"
+    re.IGNORECASE,
+)
+#: A checker's report of this task's values: "route=AB-3 count=12 -> PASS", "total: 41.5 => FAIL".
+_CHECK_REPORT: Final = re.compile(r"(?:->|=>|→)\s*(?:FAIL|PASS|OK|ERROR)\b|\b\w+=\S+\s+\w+=\S+", re.IGNORECASE)
+#: Nothing but the value the checker wanted ("Expected AB-12.", "should be 41.5", "应该是 41.5"): this task's answer.
+#: One of this task's values as a checker writes it: a number, a token with a digit, an upper-case code.
+_VALUE: Final = r"(?:\d[\d.,]*|[^\s,;.。]*\d[^\s,;。]*|[A-Z][A-Z0-9-]+)"
+_VALUES: Final = rf"{_VALUE}(?:\s+(?:(?:at|in|on|for|of|and|/)\s+)?{_VALUE}){{0,3}}"
+_EXPECTED_ONLY: Final = re.compile(
+    r"^\W*(?:expected|wanted|want|should\s+(?:be|have\s+been|read)|the\s+(?:right|correct)\s+(?:answer|value)\s+is|"
+    rf"应该是|应为|正确的?是)\s*[:：]?\s*{_VALUES}\s*[.。!！]?\s*$|"
+    # a checker's comparison of this task's values ("order K-1 != K-7", "got AB-12, expected ZQ-9", "expected
+    # AB-1, got AB-2; gate: expected G-1, got G-4")
+    r"^\W*(?:[\w-]+\s+){0,2}[^\s,;]+\s*(?:!=|≠|<>)\s*[^\s,;]+(?:\s*[,;]\s*(?:[\w-]+\s+){0,2}[^\s,;]+\s*(?:!=|≠|<>)\s*"
+    r"[^\s,;]+)*\s*[.。]?\s*$|"
+    rf"^\W*(?:(?:[\w-]+\s*:\s*)?(?:expected\s+{_VALUES},\s*got|got\s+{_VALUES},\s*expected)\s+{_VALUES}\s*[,;]?\s*)+"
+    r"[.。]?\s*$",
+    re.IGNORECASE,
+)
+#: A verdict that agrees with something the reader can check ("That matches the depot's own count", "It adds up").
+_AGREES: Final = re.compile(
+    r"^\W*(?:that|this|it|which)\s+(?:now\s+)?(?:matches|tallies|agrees|lines\s+up|checks\s+out|adds\s+up)\b",
+    re.IGNORECASE,
+)
+#: A statement whose subject points at this attempt's things ("Those crates…", "That figure…", "These rows…").
+_DEMONSTRATIVE_HEAD: Final = re.compile(r"^\W*(?:that|this|these|those)\s+[a-z]+", re.IGNORECASE)
+#: A closing clause that tells what this attempt's answer becomes ("… and a different depot comes top", "… and
+#: you'll land on another row", "… and the rate falls to half"): this task's outcome, not the rule.
+_CONSEQUENCE: Final = re.compile(
+    r",?\s+and\s+(?:then\s+)?(?:you'?ll|you\s+will|it'?ll|it\s+will|you\s+get|(?:a|an)\s+(?:different|other)\s+"
+    r"[\w-]+(?:\s+[\w-]+)?\s+(?:comes?|wins?|ends?\s+up|lands?)|the\s+[\w-]+(?:\s+[\w-]+)?\s+(?:drops?|rises?|falls?|"
+    r"goes\s+(?:up|down)|comes?\s+(?:out|to)|changes?))\b[^.;!?]*(?=[.!?]?\s*$)",
     re.IGNORECASE,
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
@@ -192,7 +235,7 @@ _ZH_CUES: Final = re.compile(
 #: full stops always, and line breaks.
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
 _ABBREVIATION: Final = re.compile(
-    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|no|nr|mr|mrs|ms|dr|fig|ca|incl|excl)\.|\b[A-Z]\.)$", re.I
+    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|no|nr|mr|mrs|ms|dr|fig|ca|incl|excl)\.|(?:^|(?<=[\s(.]))[A-Z]\.)$", re.I
 )
 
 
@@ -221,7 +264,7 @@ def sentences(text: str) -> list[str]:
 _WRAPPER: Final = re.compile(
     r"^\W*(?:(?:close|almost|nearly|not\s+quite|so\s+close|good|great|nice|thanks|thank\s+you|ok(?:ay)?|hmm+|right|"
     r"yes|no|nope|sorry|well|oh|ah|alright|careful|whoa|wait|also|plus|and|but|however|though|still|btw|"
-    r"by\s+the\s+way|note|hint|tip|fyi|ps|reminder|heads\s+up)(?:\s+there)?(?:\s+though)?(?:\s*,\s*but)?"
+    r"by\s+the\s+way|note|hint|tip|fyi|ps|reminder|heads\s+up|reason|cause|why)(?:\s+there)?(?:\s+though)?(?:\s*,\s*but)?"
     r"\s*[,!.:：—–-]+\s*|(?:(?:one|a|another|two|three|several|a\s+couple\s+of|my\s+only|only\s+one|the\s+only)\s+)?"
     r"(?:(?:small|minor|tiny|little|last|other|more|big|real)\s+)?(?:problem|issue|thing|catch|note|nit|point|detail|"
     r"correction|fix|mistake|gotcha)s?(?:\s+(?:though|however|here|left|remains))?\s*[:：,—–-]+\s*|"
@@ -353,6 +396,12 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
         return "praise"  # "Great, the layout is just what I wanted", "Thanks for taking this on — …"
     if specific + sum(t.count("-") for t in specific_tokens(text)) < 2 and not named:
         return "other"  # "Leave them out.", "Skip it.": a verb and a pronoun say nothing on their own
+    if _EXPECTED_ONLY.match(text) or (_CHECK_REPORT.search(text) and not rule_kinds(text)):
+        return "instance"  # "Expected AB-12.": the answer this task wanted, nothing to carry over
+    if _QUESTION.search(text) and not (_INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text)):
+        return "note"  # "Under a gram per parcel?": a hint to look again, no rule of its own
+    if _AGREES.match(text):
+        return "praise"  # "That matches the depot's own count.": a verdict that agrees
     if _PREFERENCE.search(text):
         return "preference"
     if _PROHIBITION.search(text):
@@ -364,6 +413,8 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
     if _is_statement(text) and not _ABOUT_ATTEMPT.match(text):
         if text.rstrip().endswith(("!", "！")) and not _PROHIBITION.search(text):
             return "complaint"  # "Ninety thousand pallets is a lot for one depot!": a reaction, not a rule
+        if _DEMONSTRATIVE_HEAD.match(text) and not named and not rule_kinds(text):
+            return "note"  # "Those crates hold six or seven.": what this attempt's rows are, no rule
         return "convention"
     if _ABOUT_ATTEMPT.match(text) and (specific >= 2 or named) and not _EVALUATIVE_PREDICATE.search(text):
         return "diagnosis"
@@ -481,12 +532,25 @@ def _with_cause(sentence: str, context: InstanceContext) -> list[str]:
 
 def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
     """One sentence's role and lesson text (module docstring)."""
-    filtered = strip_instance(sentence, context)
+    heading = _VERDICT_HEADING.match(sentence)
+    body = sentence[heading.end() :].strip() if heading else ""
+    if body and _EXPECTED_ONLY.match(body):
+        return LessonLine(text="", role="instance", source=sentence, removed=(sentence,))  # a heading and values
+    # "row-count check failed: X is Y" says "X is Y"
+    body = body[:1].upper() + body[1:] if body else sentence
+    filtered = strip_instance(body, context)
+    if heading and body != sentence:
+        filtered = replace(filtered, removed=(heading.group(0).strip(" :：—-"), *filtered.removed))
+    outcome = _CONSEQUENCE.search(filtered.text)
+    if outcome is not None and outcome.start() > 0 and not (units(outcome.group(0)) or identifiers(outcome.group(0))):
+        # ("… and you'll get kilograms" says the rule's unit: it stays)
+        kept_text = filtered.text[: outcome.start()].rstrip(" ,") + filtered.text[outcome.end() :]
+        filtered = replace(filtered, text=kept_text, removed=(*filtered.removed, outcome.group(0).strip(" ,")))
     role = role_of(filtered.text, context)
     named = bool(identifiers(filtered.text) or units(filtered.text))
     if role == "note" and not named and filtered.removed and _role_of(sentence, context) == "praise":
         role = "praise"  # "Thanks, fast and neat as usual.": the filter took the opening that made it praise
-    if filtered.cut and role not in ACTIONABLE:
+    if filtered.cut and (role not in ACTIONABLE or not (has_verb(filtered.text) or named)):
         # what is left of a clause that stated this attempt's content is a lesson only when it says what
         # holds or what to do on its own ("So the refused returns" is not)
         role = "instance"
@@ -663,6 +727,7 @@ def split_conventions(line: LessonLine) -> list[LessonLine]:
     disjoint = all(
         not (
             a.names & b.names
+            or set(a.numbers) & set(b.numbers)  # "9999 is no weight; 9999 = no reading": one value, one rule
             or a.dimensions & b.dimensions
             or topics[i] & topics[j]
             or (kinds_meet(kinds[i], kinds[j]) and not (a.names and b.names) and not parameters_conflict(a, b))

@@ -342,3 +342,35 @@ def test_a_field_or_code_is_named_by_all_its_pieces_a_file_by_two_of_its_words()
     assert mentions("Net price from unit_price_gbp in the list", ["unit_price_gbp"])
     assert not mentions("Using larchmont_eu_west_snapshots.json, which volume frees most?", ["eu-west-1"])
     assert mentions("Which carrier shipped most in the Kestrel manifest?", ["kestrel_manifest_apr12.txt"])
+
+
+def test_a_checkers_heading_is_a_verdict_not_a_lesson() -> None:
+    reading = read_feedback("order-check failed: got AB-12, expected ZQ-9. The kiosk times are UTC; add two hours.")
+    assert reading.lines[0].role == "instance"
+    assert [line.text for line in reading.lessons] == ["The kiosk times are UTC; add two hours."]
+    # a tag or a heading before a rule leaves the rule; values a checker compares are this task's own
+    tagged = read_feedback("[totals-check] crate count: n=12 m=14 -> FAIL. Expected K7 at D-2. Box B-1 != B-4.")
+    assert not tagged.lessons or all("->" not in line.text for line in tagged.lessons)
+    assert all(line.role in ("instance", "note") for line in tagged.lines), tagged.lines
+    (rule,) = read_feedback("retry FAIL: the crate column counts dozens, so multiply by 12.").lines
+    assert rule.text == "The crate column counts dozens, so multiply by 12." and rule.actionable
+    # an identifier ending in a capital letter ends its sentence ("… got YU-Q. The log …")
+    assert len(read_feedback("Expected gate HA-1, got YU-Q. The log clock is UTC.").lines) == 2
+
+
+def test_a_question_an_agreeing_verdict_and_an_observation_of_this_attempt_are_no_lessons() -> None:
+    reading = read_feedback(
+        "Under a gram per parcel? Those parcels weigh two or three kilos. That matches the depot's own count. "
+        "Remember the mass column is in grams, not kg."
+    )
+    roles = [line.role for line in reading.lines]
+    assert roles[:3] == ["note", "note", "praise"]
+    assert [line.text for line in reading.lessons] == ["Remember the mass column is in grams, not kg."]
+    # a demonstrative subject with a rule of its own is still a lesson
+    assert read_feedback("Those rows are test orders and never count.").lines[0].role == "prohibition"
+
+
+def test_the_outcome_this_attempt_would_reach_is_cut_from_the_lesson() -> None:
+    (line,) = read_feedback("The log is in UTC — add two hours and the late rate falls to half.").lines
+    assert line.text == "The log is in UTC — add two hours."
+    assert any("rate falls" in removed for removed in line.removed)
