@@ -596,7 +596,8 @@ class Retriever:
         funnel.thresholded = len(ranked)
         ranked = fusion.dedupe_repeats(ranked, rrf_k)
         funnel.deduped = len(ranked)
-        picked = fusion.select_with_rollups(ranked, plan.caps, rrf_k)
+        select = fusion.select_with_rollups if plan.reason == "tool_driven" else fusion.select_lessons_apart
+        picked = select(ranked, plan.caps, rrf_k)
         funnel.selected = len(picked)
         picked.sort(key=lambda c: (c.tier, -c.score(rrf_k)))
         if self._llm is not None and picked:

@@ -125,6 +125,17 @@ def select_with_rollups(candidates: list[Candidate], caps: dict[int, int], rrf_k
     return dedupe_rollups(mmr_select([c for c in candidates if id(c) not in dropped], caps, rrf_k))
 
 
+def select_lessons_apart(candidates: list[Candidate], caps: dict[int, int], rrf_k: int) -> list[Candidate]:
+    """`select_with_rollups` with the lessons (experiences) chosen apart from the other kinds of their tier, each
+    group within the tier's cap: a turn's block shows lessons first and another task's steps only when nothing
+    else came back, so steps of the same work (which match a request's file names best) must not take the
+    lessons' places and then be left out of the block (measured: a confirmed lesson lost its place to steps)."""
+    lessons = [c for c in candidates if c.kind == "experience"]
+    others = [c for c in candidates if c.kind != "experience"]
+    lesson_caps = {tier: cap for tier, cap in caps.items() if any(c.tier == tier for c in lessons)}
+    return select_with_rollups(others, caps, rrf_k) + mmr_select(lessons, lesson_caps, rrf_k)
+
+
 def _similarity(a: Candidate, b: Candidate) -> float:
     if a.vector is not None and b.vector is not None:
         return float(np.dot(a.vector, b.vector))

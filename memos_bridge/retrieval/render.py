@@ -684,7 +684,14 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
     candidates += [clip(memory_line(m), COMPACT_LINE_CHARS) for m in ordered]
     candidates += [f"Avoid: {_unlabel(a)}" for a in data.repair_anti_pattern if a.strip()]
     candidates += [f"Prefer: {_unlabel(p)}" for p in data.repair_preference if p.strip()]
+    # a compact block shows a skill by its Prefer and Avoid lines only: an experience changed since the skill it
+    # was built from shows what is new when those lines carry its lesson, and its lesson when they do not (a
+    # skill that keeps the lesson in its guide's checks would otherwise hide it)
+    skill_lines = _key(" ".join(line for skill in data.skills for line in _compact_skill_lessons(skill)))
     for exp in updates:
+        if not _carried(exp, skill_lines):
+            candidates += compact_lines(exp, data.query)
+            continue
         candidates += [f"Avoid: {_unlabel(a)}" for a in exp.anti_pattern[:1]] + [
             _unlabel(p) for p in exp.preference[:1]
         ]

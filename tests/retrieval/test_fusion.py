@@ -13,6 +13,7 @@ from memos_bridge.retrieval.fusion import (
     mmr_select,
     normalise_text,
     relative_threshold,
+    select_lessons_apart,
     select_with_rollups,
 )
 
@@ -106,3 +107,13 @@ def test_rollup_is_dropped_when_its_steps_are_picked_and_the_slot_is_refilled() 
     assert picked == ["tr_1", "tr_2", "tr_3"]
     alone = [c.ref_id for c in select_with_rollups([rollup, other], {2: 2}, K)]
     assert alone == ["ep_1", "tr_2"]
+
+
+def test_steps_of_the_same_work_do_not_take_the_lessons_places() -> None:
+    steps = [cand(f"tr_{i}", vec=[1.0, 0.1 * i, 0.0], exact=(i, 0.95), fts_word=(i, 0.9)) for i in range(4)]
+    lesson = cand("po_1", vec=[0.0, 0.0, 1.0], fts_word=(5, 0.4))
+    lesson.kind = "experience"
+    mixed = [c.ref_id for c in select_with_rollups([*steps, lesson], {2: 3}, K)]
+    assert "po_1" not in mixed  # one cap for both: the steps win every place
+    apart = [c.ref_id for c in select_lessons_apart([*steps, lesson], {2: 3}, K)]
+    assert "po_1" in apart and len([r for r in apart if r.startswith("tr_")]) == 3
