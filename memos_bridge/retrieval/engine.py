@@ -942,6 +942,8 @@ class Retriever:
                 gated = bool(files.named and own) and not mentions(request, deciding)
                 needed = SAME_STEP_SIMILARITY
             elif isinstance(payload, SkillSnippet):
+                if context is not None and not bears_on(skill_summary(payload), request):
+                    continue  # a turn gets a skill only when its rule can bear on the task (`rules.scope`)
                 terms = skill_subject_terms(payload)
                 gated = bool(terms) and not mentions(request, _deciding_terms(terms, files))
             elif isinstance(payload, ExperienceSnippet) and payload.experience_type in TASK_RECORD_TYPES:
@@ -1309,8 +1311,12 @@ def _boilerplate_files(files_of_steps: dict[str, list[str]]) -> frozenset[str]:
 
 def skill_subject_terms(skill: SkillSnippet) -> list[str]:
     """What a skill is about: the names its summary (the first paragraph of its guide: the lesson and its
-    trigger, not the request it was learnt on) gives."""
-    return identifiers(skill_summary(skill))
+    trigger, not the request it was learnt on) gives, without the files it asks to be written: every task of a
+    harness writes its answer file, and a request that says "answer as a JSON object" names that file by its
+    words (measured: another family's skill reached a task that shared nothing else with it)."""
+    summary = skill_summary(skill)
+    outputs = requested_outputs(summary)
+    return [term for term in identifiers(summary) if term.casefold() not in outputs]
 
 
 def _subject_terms(payload: Any) -> list[str]:

@@ -53,7 +53,7 @@ _TEMPORAL: Final = re.compile(
     r"p\.m\.|days?|daily|dates?|dated|weeks?|weekly|weekends?|weekdays?|months?|monthly|years?|yearly|annual|"
     r"today|yesterday|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)days?|january|february|march|april|may|june|"
     r"july|august|september|october|november|december|local\s+time|time\s+of\s+day|clock|quarters?|fiscal|"
-    r"fy\s?\d*|q[1-4]|when|season)\b|[点时日号天周月年]|星期|早上|上午|下午|晚上|凌晨|中午",
+    r"fy\s?\d*|q[1-4]|when)\b|[点时日号天周月年]|星期|早上|上午|下午|晚上|凌晨|中午",
     re.IGNORECASE,
 )
 #: "whatever its time", "regardless of the date": the request says time does not matter to it.

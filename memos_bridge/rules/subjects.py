@@ -43,7 +43,9 @@ FILE: Final = re.compile(
 )
 #: "Write answer.json …", "save it to out.csv", "output the list as report.json": the file a request asks for.
 OUTPUT_CUE: Final = re.compile(
-    r"\b(?:write|writes|save|saves|output|produce|create|dump)\b(?:\s+\S+){0,3}?\s+(?:(?:to|into|as)\s+)?$",
+    # the words between the cue and the file never end a sentence ("Write a.json. Tasks on b.csv" outputs a.json)
+    r"\b(?:write|writes|save|saves|output|produce|create|dump)\b(?:\s+\S*[^\s.…!?。])??(?:\s+\S*[^\s.…!?。]){0,2}?"
+    r"\s+(?:(?:to|into|as)\s+)?$",
     re.IGNORECASE,
 )
 

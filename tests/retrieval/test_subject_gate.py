@@ -134,3 +134,17 @@ def test_compact_block_shows_no_question_as_a_lesson_line() -> None:
     block = render_compact(RenderInput(query="total parcel mass in kg", experiences=[lesson]))
     assert "divide by 1000" in block
     assert "Under a gram" not in block
+
+
+def test_a_skill_is_not_about_the_answer_file_it_writes() -> None:
+    from memos_bridge.retrieval.engine import skill_subject_terms
+    from memos_bridge.rules.subjects import requested_outputs
+
+    guide = (
+        "# Crate totals\n\nIn crate_log.csv, which depot sent the most crates? Write answer.json…. "
+        "Tasks involving crate_log.csv (domain: csv)."
+    )
+    skill = SkillSnippet(ref_id="sk_3", name="crate_totals", guide=guide, eta=0.6)
+    assert skill_subject_terms(skill) == ["crate_log.csv"]
+    # an output cue does not reach across a sentence end
+    assert requested_outputs("Write answer.json. Tasks involving crate_log.csv") == {"answer.json"}
