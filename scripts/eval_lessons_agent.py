@@ -141,8 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     attempt.arm = run.arm
             runs.append(run)
             print(f"{run.arm}: {run.passed}/{len(run.attempts)} passed ({run.wall_s:.0f} s)", flush=True)
+    recorded: dict[str, ArmRun] = {}  # one arm over several --baseline files (one file per family) is one run
     for path in args.baseline:
-        runs += _recorded_arms(path, {run.arm for run in runs}, families)
+        for run in _recorded_arms(path, {run.arm for run in runs}, families):
+            merged = recorded.setdefault(run.arm, ArmRun(run.arm))
+            merged.attempts += run.attempts
+            merged.wall_s = round(merged.wall_s + run.wall_s, 1)
+    runs += recorded.values()
     result = summary(runs, families)
     result["wallSecondsTotal"] = round(time.perf_counter() - began, 1)
     result["families"] = [f.name for f in families]
