@@ -50,6 +50,15 @@ def recall(client: ServiceClient, task: str, ts: int, **params: Any) -> str:
     return str(started.get("injectedContext") or "")
 
 
+def correct(client: ServiceClient, episode: str, rationale: str, ts: int) -> None:
+    """A user's correction of an episode, at full magnitude."""
+    client.call(
+        "feedback.submit",
+        {"episodeId": episode, "polarity": "negative", "magnitude": 1.0, "rationale": rationale, "ts": ts},
+        timeout=90,
+    )
+
+
 def lessons(client: ServiceClient) -> list[dict[str, Any]]:
     listed = client.call("memory.list_policies", {"limit": 100})["policies"]
     return [p for p in listed if p["inducedBy"] == "feedback.experience"]
@@ -62,17 +71,11 @@ def test_a_chinese_lesson_is_recalled_for_an_english_task_on_the_same_column_and
     with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
         ts = 1_700_000_000_000
         episode, _ = attempt(client, task, ts, '{"total": 1873400}')
-        client.call(
-            "feedback.submit",
-            {
-                "episodeId": episode,
-                "polarity": "negative",
-                "magnitude": 1.0,
-                "rationale": "错了，你写的是 1873400，应该是 18734.00。"
-                "amount_cents 字段的单位是分，要除以 100 才是美元。",
-                "ts": ts + 120_000,
-            },
-            timeout=90,
+        correct(
+            client,
+            episode,
+            "错了，你写的是 1873400，应该是 18734.00。amount_cents 字段的单位是分，要除以 100 才是美元。",
+            ts + 120_000,
         )
         client.call("memory.flush", {})
         same = recall(
@@ -223,18 +226,8 @@ def test_a_clock_lesson_reaches_a_task_of_its_work_that_involves_time_and_not_on
     with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
         ts = 1_700_000_000_000
         episode, _ = attempt(client, task, ts, '{"order": "K-101"}')
-        client.call(
-            "feedback.submit",
-            {
-                "episodeId": episode,
-                "polarity": "negative",
-                "magnitude": 1.0,
-                "rationale": "Not quite. The kiosk clock writes UTC and the shop keeps UTC+2, "
-                "so add two hours to every time before picking the day.",
-                "ts": ts + 120_000,
-            },
-            timeout=90,
-        )
+        rationale = "Not quite. The kiosk clock writes UTC and the shop keeps UTC+2, so add two hours to every time."
+        correct(client, episode, rationale, ts + 120_000)
         client.call("memory.flush", {})
         timed = recall(
             client,
