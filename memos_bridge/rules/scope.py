@@ -25,7 +25,7 @@ import re
 from typing import Final
 
 from memos_bridge.rules.kinds import rule_kinds
-from memos_bridge.rules.subjects import identifiers, units
+from memos_bridge.rules.subjects import DATE_OR_TIME, identifiers, units
 
 #: Words that name a quantity of a dimension without naming its unit ("the heaviest load", "the total fees").
 _QUANTITY_WORDS: Final[dict[str, str]] = {
@@ -46,12 +46,13 @@ _QUANTITY: Final = {
     dimension: re.compile(rf"(?<!\w)(?:{words})(?!\w)", re.IGNORECASE) for dimension, words in _QUANTITY_WORDS.items()
 }
 _CURRENCY_SIGN: Final = re.compile(r"[€$£¥]")
-#: A date, a time of day or a calendar word: the request involves time.
-_TEMPORAL: Final = re.compile(
-    r"\d{1,2}:\d\d|\d{4}-\d\d-\d\d|\b\d{1,2}(?:st|nd|rd|th)\b|\b\d{1,2}\s?(?:am|pm)\b|"
+#: A calendar word or a time of day in words (dates and clock times are `rules.subjects.DATE_OR_TIME`); a bare
+#: "May" is left out: it is as often the verb.
+_TEMPORAL_WORDS: Final = re.compile(
+    r"\b\d{1,2}(?:st|nd|rd|th)\b|\b\d{1,2}\s?(?:am|pm)\b|"
     r"\b(?:mornings?|afternoons?|evenings?|nights?|overnight|noon|midday|midnight|hours?|hourly|o'clock|a\.m\.|"
     r"p\.m\.|days?|daily|dates?|dated|weeks?|weekly|weekends?|weekdays?|months?|monthly|years?|yearly|annual|"
-    r"today|yesterday|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)days?|january|february|march|april|may|june|"
+    r"today|yesterday|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)days?|january|february|march|april|june|"
     r"july|august|september|october|november|december|local\s+time|time\s+of\s+day|clock|quarters?|fiscal|"
     r"fy\s?\d*|q[1-4]|when)\b|[点时日号天周月年]|星期|早上|上午|下午|晚上|凌晨|中午",
     re.IGNORECASE,
@@ -70,7 +71,8 @@ _ANY_TASK_KINDS: Final = frozenset({"exclude", "format"})
 
 def involves_time(request: str) -> bool:
     """Whether the request involves a date, a time of day or a calendar period (module docstring)."""
-    return bool(_TEMPORAL.search(_TIMELESS.sub(" ", request)))
+    text = _TIMELESS.sub(" ", request)
+    return bool(DATE_OR_TIME.search(text) or _TEMPORAL_WORDS.search(text))
 
 
 def dimensions(text: str) -> frozenset[str]:

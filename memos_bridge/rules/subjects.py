@@ -271,7 +271,7 @@ _MONTH: Final = (
 )
 #: Dates and clock times are values of their own, not numbers ("08/01/2024", "2024-03-05", "14:30",
 #: "8 January 2024", "Aug 1, 2024", "2024年1月8日").
-_DATE_OR_TIME: Final = re.compile(
+DATE_OR_TIME: Final = re.compile(
     r"\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b(?!\s*(?:hours?|h\b))|"
     rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}(?:\s+\d{{4}})?\b|"
     rf"\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b|"
@@ -283,7 +283,7 @@ _DATE_OR_TIME: Final = re.compile(
 def numbers(text: str) -> list[Number]:
     """Every number in `text` as written (dates and clock times excepted)."""
     out: list[Number] = []
-    spans = [m.span() for m in _DATE_OR_TIME.finditer(text)]
+    spans = [m.span() for m in DATE_OR_TIME.finditer(text)]
     for match in NUMBER.finditer(text):
         if any(start <= match.start() < end for start, end in spans) and not match.group("sign"):
             continue

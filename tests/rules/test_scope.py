@@ -43,6 +43,11 @@ def test_a_clock_rule_stays_out_of_a_request_that_involves_no_time(request_text:
     assert not bears_on(CALENDAR, request_text)
 
 
+def test_a_bare_may_is_the_verb_and_a_dated_may_is_a_date() -> None:
+    assert not involves_time("Which kiosk may hold the most orders?")
+    assert involves_time("How many orders came in on 8 May 2031?")
+
+
 def test_a_unit_rule_bears_on_a_request_about_a_quantity_of_its_dimension() -> None:
     assert bears_on(UNIT, "What is the total parcel weight in kg?")
     assert bears_on(UNIT, "Which parcel was the heaviest?")
