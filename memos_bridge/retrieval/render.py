@@ -26,7 +26,7 @@ from typing import Any, Final
 from memos_bridge.rules.block_filter import NO_VALUES, BlockValues
 from memos_bridge.rules.instance import instance_specific
 from memos_bridge.rules.kinds import rule_kinds
-from memos_bridge.rules.lessons import specific_tokens, unwrap
+from memos_bridge.rules.lessons import is_question, specific_tokens, unwrap
 from memos_bridge.rules.subjects import FILE, numbers, subject_of
 from memos_bridge.rules.text import clip, is_tool_call_line, numbered, numbered_steps
 
@@ -578,7 +578,6 @@ COMPACT_LINE_CHARS = 300
 #: Roles whose lines read as something that went wrong, not as a rule: shown after "Avoid:".
 _AVOID_ROLES = frozenset({"diagnosis", "note", "observation"})
 _CJK_TEXT = re.compile(r"[\u3400-\u9fff]")
-_QUESTION = re.compile(r"[?？]\s*$")
 #: Openings that already say "avoid": such a line is not labelled a second time.
 _NEGATED = ("avoid", "do not", "don't", "never")
 
@@ -595,7 +594,7 @@ def compact_lines(exp: ExperienceSnippet, query: str) -> list[str]:
     ]
     roles = exp.roles if len(exp.roles) == len(exp.lesson) and exp.lesson else [""] * len(lines)
     # a question ("Under a gram per parcel?") asks the reader to look again; it states no rule of its own
-    usable = [i for i in range(len(lines)) if roles[i] not in _NOT_A_LESSON and not _QUESTION.search(lines[i])]
+    usable = [i for i in range(len(lines)) if roles[i] not in _NOT_A_LESSON and not is_question(lines[i])]
     # the lines in the request's script first, then those that say most (a kind of rule, names, units, numbers);
     # a further line only when it adds a particular the lines chosen so far do not state
     ranked = sorted(usable, key=lambda i: (not _same_script(lines[i], query), -len(_particulars(lines[i])), i))

@@ -152,7 +152,16 @@ _EVALUATIVE_PREDICATE: Final = re.compile(
     r"expected|expectations?|reference|oracle|answer\s+key|checks?|tests?)\b|与预期一致|和预期一致|符合预期|与期望一致",
     re.IGNORECASE,
 )
+
+
 _QUESTION: Final = re.compile(r"[?？]\s*$")
+
+
+def is_question(text: str) -> bool:
+    """Whether a sentence asks ("Under a gram per parcel?"): a hint to look again, no rule of its own."""
+    return bool(_QUESTION.search(text))
+
+
 #: A checker's heading before what it found ("row-count check failed: …", "FAIL totals: …").
 _VERDICT_HEADING: Final = re.compile(
     r"^\W*(?:(?:[\w./-]+[\s-]){0,4}?(?:check|test|validation|verification|assertion)s?\s+(?:failed|fails|did\s+not\s+"
@@ -398,7 +407,7 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
         return "other"  # "Leave them out.", "Skip it.": a verb and a pronoun say nothing on their own
     if _EXPECTED_ONLY.match(text) or (_CHECK_REPORT.search(text) and not rule_kinds(text)):
         return "instance"  # "Expected AB-12.": the answer this task wanted, nothing to carry over
-    if _QUESTION.search(text) and not (_INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text)):
+    if is_question(text) and not (_INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text)):
         return "note"  # "Under a gram per parcel?": a hint to look again, no rule of its own
     if _AGREES.match(text):
         return "praise"  # "That matches the depot's own count.": a verdict that agrees
