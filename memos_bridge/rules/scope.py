@@ -30,13 +30,13 @@ from memos_bridge.rules.subjects import DATE_OR_TIME, identifiers, units
 #: Words that name a quantity of a dimension without naming its unit ("the heaviest load", "the total fees").
 _QUANTITY_WORDS: Final[dict[str, str]] = {
     "mass": r"weigh\w*|heav(?:y|ier|iest)|tonnage|mass|payload|重量|称重|吨位",
-    "length": r"length|distance|far(?:ther|thest)?|height|tall(?:er|est)?|depth|deep|vertical|elevation|altitude|"
+    "length": r"length|distance|far(?:ther|thest)?|height|tall(?:er|est)?|depth|deep|elevation|altitude|"
     r"长度|距离|高度|里程",
     "volume": r"volume|capacity|体积|容量|用水",
     "time": r"duration\w*|how\s+long|long(?:er|est)?\s+(?:call|wait|job|run|visit|stay|session|trip|ride|delay)\w*|"
     r"elapsed|latency|runtime|run\s+time|wait\w*|时长|耗时|多久",
     "money": r"refund\w*|amounts?|deposits?|balances?|fees?|price\w*|cost\w*|revenue|spen[dt]\w*|paid|pay\w*|"
-    r"charge\w*|income|earn\w*|sales|bill\w*|invoice\w*|takings|turnover|bring\s+in|brought\s+in|money|"
+    r"charge\w*|income|earn\w*|sales|bill\w*|invoice\w*|turnover|bring\s+in|brought\s+in|money|"
     r"费用|价格|收入|金额|营业额|花费|钱",
     "temperature": r"temperatures?|temp|warm\w*|hot(?:ter|test)?|cold\w*|cool\w*|degrees?|温度|气温",
     "size": r"size|storage|disk|space|bytes?|大小|存储",
