@@ -186,7 +186,7 @@ _EXPECTED_ONLY: Final = re.compile(
     r"[.。]?\s*$",
     re.IGNORECASE,
 )
-#: A verdict that agrees with something the reader can check ("That matches the depot's own count", "It adds up").
+#: A verdict that agrees with something the reader can check ("That matches the warehouse's own count", "It adds up").
 _AGREES: Final = re.compile(
     r"^\W*(?:that|this|it|which)\s+(?:now\s+)?(?:matches|tallies|agrees|lines\s+up|checks\s+out|adds\s+up)\b",
     re.IGNORECASE,
@@ -410,7 +410,7 @@ def _role_of(text: str, context: InstanceContext | None = None) -> Role:
     if is_question(text) and not (_INSTRUCTION_CUE.search(text) or _PROHIBITION.search(text)):
         return "note"  # "Under a gram per parcel?": a hint to look again, no rule of its own
     if _AGREES.match(text):
-        return "praise"  # "That matches the depot's own count.": a verdict that agrees
+        return "praise"  # "That matches the warehouse's own count.": a verdict that agrees
     if _PREFERENCE.search(text):
         return "preference"
     if _PROHIBITION.search(text):

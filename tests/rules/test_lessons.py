@@ -360,7 +360,7 @@ def test_a_checkers_heading_is_a_verdict_not_a_lesson() -> None:
 
 def test_a_question_an_agreeing_verdict_and_an_observation_of_this_attempt_are_no_lessons() -> None:
     reading = read_feedback(
-        "Under a gram per parcel? Those parcels weigh two or three kilos. That matches the depot's own count. "
+        "Under a gram per parcel? Those parcels weigh two or three kilos. That matches the warehouse's own count. "
         "Remember the mass column is in grams, not kg."
     )
     roles = [line.role for line in reading.lines]
