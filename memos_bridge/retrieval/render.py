@@ -624,13 +624,17 @@ WORKED_MIN_WORDS = 4
 def worked_lines(data: RenderInput) -> list[str]:
     """What was done before, from recalled past steps: the reply that says what was done ("Added /etc/app.d/x with
     a daily rule and tested it") — "Worked before" for a task judged good (a positive value), "Done before" for
-    one nobody judged — never a step of a rejected task, never a bare tool call; the block filter then drops any
-    reply that reports another task's values."""
+    one nobody judged — never a step of a rejected task, never a bare tool call, and never a reply that reports
+    a figure the request does not give: a reply with numbers of its own reports what that task came to ("wrote
+    the summary with a total of 980"), which is its answer, not how it was done, whatever the block filter's
+    threshold for a significant value."""
+    given = {n.value for n in numbers(data.values.allowed_text or data.query)}
     out: list[str] = []
     for trace in data.traces:
         reply = " ".join(trace.agent_text.split())
         says = [t for t in specific_tokens(reply) if not FILE.fullmatch(t)]
-        if trace.value >= 0 and len(says) >= WORKED_MIN_WORDS and not is_tool_call_line(reply):
+        reports = any(n.value not in given for n in numbers(reply))
+        if trace.value >= 0 and len(says) >= WORKED_MIN_WORDS and not reports and not is_tool_call_line(reply):
             out.append(f"{'Worked' if trace.value > 0 else 'Done'} before: {clip(reply, 240)}")
         if len(out) >= COMPACT_WORKED:
             break
@@ -656,6 +660,25 @@ def _compact_skill_line(skill: SkillSnippet) -> str:
     """A skill in the compact block when nothing else was recalled: its name and the first paragraph of its
     guide, on one line."""
     return clip(f"{skill.name}: {skill_summary(skill) or skill.name}", COMPACT_LINE_CHARS)
+
+
+#: The heading of a skill's guide, and the sentence of its summary that says when it applies ("When the request
+#: mentions …"): the product's own framing of the task a skill succeeded on, not a rule.
+_GUIDE_HEADING: Final = re.compile(r"^#\s+(.+)$", re.MULTILINE)
+_TRIGGER_SENTENCE: Final = re.compile(r"(?:^|(?<=[.!?]\s))When\b[^.!?]*(?:[.!?]|$)")
+
+
+def _summary_states_a_rule(skill: SkillSnippet) -> bool:
+    """Whether a skill's summary says a kind of rule beyond the title of the task it succeeded on and its trigger.
+    Drafted without an LLM, a summary is that title ("Weekly totals per site: read_file → python") and "When the
+    request mentions …": another task's request in its own words, which a small model reads as its task; a summary
+    that states a unit, a format or rows to leave out is a method any task of its kind can use."""
+    text = skill_summary(skill)
+    heading = _GUIDE_HEADING.search(skill.guide)
+    if heading and heading.group(1).strip():
+        text = text.replace(heading.group(1).strip().rstrip(" .…"), " ")  # a long title is clipped in the heading
+    text = _TRIGGER_SENTENCE.sub(" ", text)
+    return bool(rule_kinds(text))
 
 
 def _compact_skill_lessons(skill: SkillSnippet) -> list[str]:
@@ -700,8 +723,9 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
         ][:2]
     lessons_shown = any(data.values.passes(line) for line in candidates)
     for skill in data.skills:
-        if not lessons_shown and not skill.preference:
+        if not lessons_shown and not skill.preference and (reason != "turn_start" or _summary_states_a_rule(skill)):
             # a skill that succeeded on such tasks, when no lesson came back and it states none itself: what it does
+            # (for a turn only when that is a rule, not the title of the task it succeeded on: `_summary_states_a_rule`)
             candidates.append(_compact_skill_line(skill))
         candidates += _compact_skill_lessons(skill)
     candidates += worked_lines(data)

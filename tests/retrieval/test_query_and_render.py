@@ -309,3 +309,10 @@ def test_a_turns_compact_block_shows_no_rejected_step_and_only_what_worked_of_go
         RenderInput(traces=[worked, tool], query="log rotation"), options=RenderOptions(mode="compact")
     )
     assert "- Worked before: Added a daily rotation rule" in block and "read_file" not in block
+    # a reply that reports its task's figure is that task's answer, however round the figure
+    reported = replace(worked, ref_id="tr_6", agent_text='Done: wrote totals.json with {"kept_rows": 980.0}.')
+    assert "980" not in render_block(
+        RenderInput(traces=[reported], query="log rotation"), options=RenderOptions(mode="compact")
+    )
+    asked = RenderInput(traces=[reported], query="check the 980 kept rows")  # a figure the request gives is its own
+    assert "Worked before: Done: wrote totals.json" in render_block(asked, options=RenderOptions(mode="compact"))

@@ -64,9 +64,18 @@ def test_compact_block_shows_a_skills_lessons_not_the_request_it_succeeded_on() 
     assert "Avoid: summing raw water values" in block
     assert "north zone" not in block  # the summary is another task's request
 
-    # a skill with no lesson lines is shown by its summary only when nothing else was recalled
+    # a skill with no lesson lines is shown by its summary only when nothing else was recalled: to a search; a
+    # turn gets it only when the summary states a rule, not another task's request
     bare = SkillSnippet(ref_id="sk_2", name="misting", guide=skill.guide, eta=0.6)
-    assert "north zone" in render_compact(RenderInput(query="total water", skills=[bare]))
+    assert "north zone" in render_compact(RenderInput(query="total water", skills=[bare]), reason="tool_driven")
+    assert render_compact(RenderInput(query="total water", skills=[bare])) == ""
+    ruled = SkillSnippet(
+        ref_id="sk_4",
+        name="misting_water",
+        guide="# Misting totals\n\nMisting totals. The water column is in millilitres. When the request names water.",
+        eta=0.6,
+    )
+    assert "in millilitres" in render_compact(RenderInput(query="total water", skills=[ruled]))
     lesson = ExperienceSnippet(
         ref_id="po_2",
         experience_type="repair_instruction",
