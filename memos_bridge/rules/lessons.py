@@ -170,7 +170,11 @@ _VERDICT_HEADING: Final = re.compile(
     re.IGNORECASE,
 )
 #: A checker's report of this task's values: "route=AB-3 count=12 -> PASS", "total: 41.5 => FAIL".
-_CHECK_REPORT: Final = re.compile(r"(?:->|=>|→)\s*(?:FAIL|PASS|OK|ERROR)\b|\b\w+=\S+\s+\w+=\S+", re.IGNORECASE)
+_CHECK_REPORT: Final = re.compile(
+    r"(?:->|=>|→|\.{2,}|…)\s*(?:FAIL(?:ED)?|PASS(?:ED)?|OK|ERROR)\b|\b\w+=\S+\s+\w+=\S+", re.IGNORECASE
+)
+#: A checker's dot leader before its status ("totals ... FAILED."): one line of its report, not a sentence end.
+_DOT_LEADER: Final = re.compile(r"(?:\.{2,}|…)\s*(?=(?:FAIL(?:ED)?|PASS(?:ED)?|OK|ERROR)\b)")
 #: Nothing but the value the checker wanted ("Expected AB-12.", "should be 41.5", "应该是 41.5"): this task's answer.
 #: One of this task's values as a checker writes it: a number, a token with a digit, an upper-case code.
 _VALUE: Final = r"(?:\d[\d.,]*|[^\s,;.。]*\d[^\s,;。]*|[A-Z][A-Z0-9-]+)"
@@ -200,6 +204,15 @@ _CONSEQUENCE: Final = re.compile(
     r"[\w-]+(?:\s+[\w-]+)?\s+(?:comes?|wins?|ends?\s+up|lands?)|the\s+[\w-]+(?:\s+[\w-]+)?\s+(?:drops?|rises?|falls?|"
     r"goes\s+(?:up|down)|comes?\s+(?:out|to)|changes?))\b[^.;!?]*(?=[.!?]?\s*$)",
     re.IGNORECASE,
+)
+#: A closing clause that states what a computation comes to, a value or a name and nothing after it ("Summing the
+#: real rows gives 4,120.", "…, which puts Kestrel Court first."): the expected answer of this task, not a rule.
+#: (A code in capitals, "gives JST", is a zone, a currency or a unit a rule names, and stays.)
+_RESULT_VALUE: Final = r"(?:-?\d[\d.,]*%?|[^\s,;.。]*\d[^\s,;。]*|(?:the\s+)?[A-Z][a-z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
+_RESULT: Final = re.compile(
+    r",?\s+(?:(?:which|that|this)\s+)?(?:(?:gives?|yields?|comes?\s+(?:out\s+)?(?:to|as|at)|works?\s+out\s+(?:to|as|at)|"
+    r"lands?\s+(?:on|at)|results?\s+in)\s+(?:about\s+|roughly\s+|around\s+|exactly\s+|just\s+)?"
+    rf"(?P<what>{_RESULT_VALUE})|puts?\s+(?P<first>{_RESULT_VALUE})\s+(?:first|on\s+top|ahead))\s*[.!。]?\s*$"
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
 _ABOUT_ATTEMPT: Final = re.compile(
@@ -252,7 +265,7 @@ def sentences(text: str) -> list[str]:
     """The sentences of `text`, squashed, empty ones dropped; "e.g." and "0.4536" do not end a sentence."""
     out: list[str] = []
     pending = ""
-    for piece in _SENTENCE_END.split(text or ""):
+    for piece in _SENTENCE_END.split(_DOT_LEADER.sub("… ", text or "")):
         if not piece or not piece.strip():
             continue
         pending = f"{pending} {piece}" if pending else piece
@@ -547,7 +560,12 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
         return LessonLine(text="", role="instance", source=sentence, removed=(sentence,))  # a heading and values
     # "row-count check failed: X is Y" says "X is Y"
     body = body[:1].upper() + body[1:] if body else sentence
+    # when the instance filter cuts something, it reads what follows a person's lead-in ("One problem though:
+    # <this attempt's row> did X because …"): a cut must not join the lead-in to the rest and hide it from `unwrap`
     filtered = strip_instance(body, context)
+    lead = _WRAPPER.match(body)
+    if lead and filtered.removed and lead.end() < len(body):
+        filtered = strip_instance(body[lead.end() :], context)
     if heading and body != sentence:
         filtered = replace(filtered, removed=(heading.group(0).strip(" :：—-"), *filtered.removed))
     outcome = _CONSEQUENCE.search(filtered.text)
@@ -555,6 +573,11 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
         # ("… and you'll get kilograms" says the rule's unit: it stays)
         kept_text = filtered.text[: outcome.start()].rstrip(" ,") + filtered.text[outcome.end() :]
         filtered = replace(filtered, text=kept_text, removed=(*filtered.removed, outcome.group(0).strip(" ,")))
+    result = _RESULT.search(filtered.text)
+    if result is not None and result.start() > 0 and not units(result.group("what") or result.group("first")):
+        kept_text = filtered.text[: result.start()].rstrip(" ,") + "."
+        removed = (*filtered.removed, result.group(0).strip(" ,."))
+        filtered = replace(filtered, text=kept_text, removed=removed, cut=True)
     role = role_of(filtered.text, context)
     named = bool(identifiers(filtered.text) or units(filtered.text))
     if role == "note" and not named and filtered.removed and _role_of(sentence, context) == "praise":

@@ -356,6 +356,21 @@ def test_a_checkers_heading_is_a_verdict_not_a_lesson() -> None:
     assert rule.text == "The crate column counts dozens, so multiply by 12." and rule.actionable
     # an identifier ending in a capital letter ends its sentence ("… got YU-Q. The log …")
     assert len(read_feedback("Expected gate HA-1, got YU-Q. The log clock is UTC.").lines) == 2
+    # a checker's dot leader before its status is one report line, not a sentence end followed by a verdict
+    leader = read_feedback("check tally_kg ... FAILED. got 41, want 57. The scale reads grams; divide by 1000.")
+    assert [line.text for line in leader.lessons] == ["The scale reads grams; divide by 1000."]
+
+
+def test_a_lead_in_stays_apart_from_the_rule_when_this_attempts_content_is_cut_between_them() -> None:
+    context = InstanceContext.build(expected={"top_site": "South Depot"}, actual={"top_site": "North Depot"})
+    reading = read_feedback(
+        "One catch though: North Depot only ranks first because two of its rows show -1, the scanner's code for a "
+        "missed read.",
+        context,
+    )
+    assert [line.text for line in reading.lessons] == [
+        "Two of its rows show -1, the scanner's code for a missed read."
+    ], reading.lines
 
 
 def test_a_question_an_agreeing_verdict_and_an_observation_of_this_attempt_are_no_lessons() -> None:
@@ -374,3 +389,17 @@ def test_the_outcome_this_attempt_would_reach_is_cut_from_the_lesson() -> None:
     (line,) = read_feedback("The log is in UTC — add two hours and the late rate falls to half.").lines
     assert line.text == "The log is in UTC — add two hours."
     assert any("rate falls" in removed for removed in line.removed)
+
+
+def test_what_a_computation_comes_to_is_this_tasks_answer_and_the_method_before_it_stays() -> None:
+    # a closing clause stating a value or a name the computation gives is the expected answer
+    assert not read_feedback("Counting only the signed rows gives Kestrel Court.").lessons
+    assert not read_feedback("Summing the real rows gives 4,120.").lessons
+    (kept,) = read_feedback("Leave out the void rows, which puts Kestrel Court first.").lessons
+    assert kept.text == "Leave out the void rows."
+    # what a rule itself gives (a unit, a zone, a size) is the rule
+    assert [line.text for line in read_feedback("Dividing by 1000 gives kilograms.").lessons] == [
+        "Dividing by 1000 gives kilograms."
+    ]
+    assert read_feedback("Adding nine hours gives JST.").lessons
+    assert read_feedback("The stamp is in milliseconds, which gives numbers 1000 times too big.").lessons
