@@ -19,13 +19,17 @@ look-alike request of another project does not bring that project's lessons. On 
   stays out unless it came from this session; when some recalled lessons were learnt on the request's files, a
   lesson learnt on requests that named no file comes back only when it is of their work;
 * a lesson whose terms the request names (a field, a flag, a code) comes back when the request is at least
-  `NAMED_SIMILARITY` close to its work and that work is not far below the closest (`NAMED_MARGIN`).
+  `NAMED_SIMILARITY` close to its work and that work is not far below the closest (`NAMED_MARGIN`);
+* a lesson whose work names the company the request names is a convention of that house, which holds for all of
+  its files: it comes back at `NAMED_SIMILARITY`, however much closer another of the house's works is (a rule
+  learnt on one of its logs is the rule of its other logs; the margin would keep only the closest log's).
 
 Pure: the caller hands in the lessons' vectors and terms.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -105,8 +109,11 @@ def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
             continue  # the request names its files, and they are another work's than this nameless lesson's
         if _other_subject(lesson, request, companies, work_companies[works[index]]):
             continue
-        if (own_work >= WORK_SIMILARITY and own_work >= best - WORK_MARGIN) or (
-            lesson.named and own_work >= NAMED_SIMILARITY and own_work >= best - NAMED_MARGIN
+        house = _names_a_house(request.text, work_companies[works[index]])
+        if (
+            (own_work >= WORK_SIMILARITY and own_work >= best - WORK_MARGIN)
+            or (lesson.named and own_work >= NAMED_SIMILARITY and own_work >= best - NAMED_MARGIN)
+            or (house and own_work >= NAMED_SIMILARITY)
         ):
             kept.add(lesson.ref_id)
     return kept
@@ -167,12 +174,26 @@ def _other_subject(lesson: LessonView, request: RequestView, companies: set[str]
     the same work does too (a name may be a place or an item in one data set: two lessons learnt on the same
     records, one on a request naming one of its depots and one naming another, are of one work); otherwise files
     decide when both name some (a request about one house's files may also name a customer of that house)."""
-    if companies & work_companies:  # the work's names include the lesson's own
-        return False  # one house: its conventions hold for all of its files
+    if companies & work_companies or _names_a_house(request.text, work_companies):
+        return False  # one house (the work's names include the lesson's own): its conventions hold for all its files
     theirs = _files(lesson.terms)
     if request.files and theirs:  # files decide when both sides name some (a request may also name a customer)
         return not same_inputs(theirs, request.files)
     return bool(companies and _companies(lesson))
+
+
+def _names_a_house(text: str, companies: set[str]) -> bool:
+    """Whether `text` names one of `companies` (case-folded names): in full, or by its first word written as a
+    name ("the Calloway depot log" names "Calloway Timber"; a house is often called by its first name alone)."""
+    folded = text.casefold()
+    for company in companies:
+        if company in folded:
+            return True
+        first = company.split()[0]
+        as_name = re.compile(rf"(?<![\w-]){re.escape(first)}(?![\w-])", re.IGNORECASE)
+        if len(first) >= 4 and any(m.group(0)[:1].isupper() for m in as_name.finditer(text)):
+            return True
+    return False
 
 
 def _is_company(term: str) -> bool:

@@ -95,3 +95,16 @@ def test_a_name_the_request_shares_with_one_lesson_of_a_work_vouches_for_the_oth
     west = LessonView("po_west", [unit(0.85, 0, 0.527)], terms=["West Yard"], inputs=["crate_moves.csv"])
     assert select([west], request) == set()
     assert select([east, west], request) == {"po_east", "po_west"}
+
+
+def test_a_lesson_of_the_house_the_request_names_comes_back_for_its_other_files() -> None:
+    # one house, two logs: a rule learnt on its door log holds for its till log, although the work learnt on the
+    # till log itself is much closer to the request (the margin alone would keep only that one)
+    request = RequestView(unit(1, 0, 0), "How many hours does the Ostrava till log span?", files=["till.log"])
+    till = LessonView("po_till", [unit(0.95, 0.31, 0)], terms=["till.log", "Ostrava Retail"])
+    door = LessonView("po_door", [unit(0.55, 0, 0.835)], terms=["door.log", "Ostrava Retail"])
+    assert select([till, door], request) == {"po_till", "po_door"}  # named by its first name alone
+    other_house = LessonView("po_other", [unit(0.55, 0, 0.835)], terms=["door.log", "Kelby Foods"])
+    assert select([till, other_house], request) == {"po_till"}
+    far = LessonView("po_far", [unit(0.3, 0, 0.954)], terms=["door.log", "Ostrava Retail"])  # 0.30: not of it
+    assert select([till, far], request) == {"po_till"}
