@@ -206,7 +206,7 @@ _CONSEQUENCE: Final = re.compile(
     re.IGNORECASE,
 )
 #: A closing clause that states what a computation comes to, a value or a name and nothing after it ("Summing the
-#: real rows gives 4,120.", "…, which puts Kestrel Court first."): the expected answer of this task, not a rule.
+#: real rows gives 4,120.", "…, which puts Ashgrove Court first."): the expected answer of this task, not a rule.
 #: (A code in capitals, "gives JST", is a zone, a currency or a unit a rule names, and stays.)
 _RESULT_VALUE: Final = r"(?:-?\d[\d.,]*%?|[^\s,;.。]*\d[^\s,;。]*|(?:the\s+)?[A-Z][a-z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
 _RESULT: Final = re.compile(

@@ -393,9 +393,9 @@ def test_the_outcome_this_attempt_would_reach_is_cut_from_the_lesson() -> None:
 
 def test_what_a_computation_comes_to_is_this_tasks_answer_and_the_method_before_it_stays() -> None:
     # a closing clause stating a value or a name the computation gives is the expected answer
-    assert not read_feedback("Counting only the signed rows gives Kestrel Court.").lessons
+    assert not read_feedback("Counting only the signed rows gives Ashgrove Court.").lessons
     assert not read_feedback("Summing the real rows gives 4,120.").lessons
-    (kept,) = read_feedback("Leave out the void rows, which puts Kestrel Court first.").lessons
+    (kept,) = read_feedback("Leave out the void rows, which puts Ashgrove Court first.").lessons
     assert kept.text == "Leave out the void rows."
     # what a rule itself gives (a unit, a zone, a size) is the rule
     assert [line.text for line in read_feedback("Dividing by 1000 gives kilograms.").lessons] == [
