@@ -49,6 +49,10 @@ SESSION_SIMILARITY: Final = 0.35
 #: A lesson whose terms the request names comes back at this closeness, its work within `NAMED_MARGIN`.
 NAMED_SIMILARITY: Final = 0.45
 NAMED_MARGIN: Final = 0.2
+#: Two lessons whose episodes read different input files are of one work by their requests only at this closeness:
+#: sibling tasks of one system on two of its files are asked about in closer words than look-alike tasks of two
+#: projects ("how many visitors …" of a door log and "how many visits …" of a clinic's log measured 0.63).
+APART_SIMILARITY: Final = 0.7
 #: Two lessons whose episodes read a file of the same name are of one work when their requests are at least this
 #: close (one project's tasks on its file; another project's file of the same name is asked about in other words).
 INPUT_WORK_SIMILARITY: Final = 0.45
@@ -125,14 +129,16 @@ def _closest(vector: np.ndarray, contexts: Sequence[np.ndarray]) -> float:
 
 def _works(lessons: Sequence[LessonView]) -> list[int]:
     """The work of each lesson (an index shared by the lessons of one work): lessons are joined when two of their
-    requests are close (`SAME_WORK_SIMILARITY`) or their files say they are about the same inputs; never when
-    both were learnt on files and the files differ (requests in one harness's words look alike across work)."""
+    requests are close (`SAME_WORK_SIMILARITY`; `APART_SIMILARITY` when their episodes read other input files) or
+    their files say they are about the same inputs; never when both were learnt on files and the files differ
+    (requests in one harness's words look alike across work)."""
     groups = Groups(len(lessons))
     files = [_files(lesson.terms) for lesson in lessons]
 
     def other_files(i: int, j: int) -> bool:  # learnt on different files: different work, however alike the words
         return bool(files[i] and files[j]) and not same_inputs(files[i], files[j])
 
+    inputs = [lesson.inputs for lesson in lessons]
     owners = [i for i, lesson in enumerate(lessons) for _ in lesson.contexts]
     near = np.full((len(lessons), len(lessons)), -1.0)  # the closest pair of requests of two lessons
     if owners:
@@ -142,9 +148,17 @@ def _works(lessons: Sequence[LessonView]) -> list[int]:
         np.maximum.at(near, (index[:, None], index[None, :]), similarity)
         close = similarity >= SAME_WORK_SIMILARITY
         for a, b in zip(*np.nonzero(close), strict=True):
-            if owners[a] != owners[b] and not other_files(owners[a], owners[b]):
-                groups.join(owners[a], owners[b])
-    inputs = [lesson.inputs for lesson in lessons]
+            i, j = owners[a], owners[b]
+            if i == j or other_files(i, j):
+                continue
+            if (
+                inputs[i]
+                and inputs[j]
+                and not _shared_file(inputs[i], inputs[j])
+                and similarity[a, b] < APART_SIMILARITY
+            ):
+                continue  # learnt on other input files: alike requests of two projects ("how many visits …")
+            groups.join(i, j)
     for i in range(len(lessons)):
         for j in range(i + 1, len(lessons)):
             if files[i] and files[j] and not other_files(i, j):

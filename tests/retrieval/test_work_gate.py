@@ -108,3 +108,13 @@ def test_a_lesson_of_the_house_the_request_names_comes_back_for_its_other_files(
     assert select([till, other_house], request) == {"po_till"}
     far = LessonView("po_far", [unit(0.3, 0, 0.954)], terms=["door.log", "Ostrava Retail"])  # 0.30: not of it
     assert select([till, far], request) == {"po_till"}
+
+
+def test_alike_requests_of_lessons_learnt_on_other_input_files_join_only_when_close() -> None:
+    request = RequestView(unit(1, 0, 0), "How many patients came on Monday?")
+    own = LessonView("po_own", [unit(1, 0.6, 0)], inputs=["clinic_visits.csv"])  # 0.86 from the request
+    # 0.45 from the request and 0.64 from po_own's request: alike wording, another project's input file
+    other = LessonView("po_other", [unit(0.45, 0.5, 0.74)], inputs=["door_counts.csv"])
+    assert select([own, other], request) == {"po_own"}
+    sibling = LessonView("po_sibling", [unit(0.45, 0.5, 0.74)], inputs=["clinic_visits.csv"])
+    assert select([own, sibling], request) == {"po_own", "po_sibling"}  # the same file: one work
