@@ -74,18 +74,21 @@ _DEFINED_BEFORE: Final = re.compile(
     re.IGNORECASE,
 )
 #: A number that is a value found in the data, not a result: seen in it ("whenever you see 999", "a few days show
-#: 999", "rows with 999", "entries of 999"), or said right after it not to be a real value ("999 is not a
-#: reading; the meter writes it when…", "999 — that's the sensor telling us it dropped out"). A result is said
-#: otherwise ("should be", "you got", "came to"); a value of the data that way is a marker the rule is about.
+#: 999", "rows with 999", "entries of 999", "the meter writes 999 when…"), or said right after it not to be a real
+#: value ("999 = probe fault, not a value", "999 is not a reading; the meter writes it when…", "999 — that's the
+#: sensor telling us it dropped out"). A result is said otherwise ("should be", "you got", "came to"); a value of
+#: the data that way is a marker the rule is about.
 _IN_DATA_BEFORE: Final = re.compile(
     r"\b(?:see|seeing|sees|shows?|showing|shown|readings?\s+of|entries\s+of|values?\s+of|"
     r"(?:rows?|records?|lines?|entries|days?|loads?|cells?)\s+(?:with|of|showing|reading|holding|at)|any|every|"
     r"contains?|containing|carr(?:y|ies|ying)|holds?|holding|logged\s+as|recorded\s+as|written\s+as|flagged|marked|"
+    r"(?:writes?|writing|logs?|records?|stores?|enters?|emits?|puts?\s+(?:in|down))|"
     r"tagged)\s*[`'\"“]?$|(?:出现|看到|显示|写着|记为|标为)\s*$",
     re.IGNORECASE,
 )
 _NOT_A_VALUE_AFTER: Final = re.compile(
-    r"^\s*[`'\"”]?\s*(?:\w+\s+){0,2}?(?:[,;:—–-]+\s*)?(?:(?:that|which|it|this)\s*(?:'s|is|are)?\s+)?"
+    r"^\s*[`'\"”]?\s*(?:[=:]\s*)?(?:[\w-]+(?:\s+|\s*,\s*(?=not\b))){0,3}?(?:[,;:—–-]+\s*)?"
+    r"(?:(?:that|which|it|this)\s*(?:'s|is|are)?\s+)?"
     r"(?:(?:'s|is|are|isn'?t|aren'?t|is\s+not|are\s+not|was\s+not|wasn'?t)\s+)?(?:not\s+|never\s+)?"
     r"(?:a\s+real|an?\s+actual|a\s+valid|what\s+\w+|the\s+\w+\s+(?:telling|saying|reporting)|"
     r"an?\s+(?:weight|reading|measurement|count|value|number|price|temperature|time|figure|amount)\b|trap\b)|"

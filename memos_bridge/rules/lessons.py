@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
-from memos_bridge.rules.instance import InstanceContext, has_content, strip_instance
+from memos_bridge.rules.instance import InstanceContext, has_content, number_role, strip_instance
 from memos_bridge.rules.kinds import kinds_differ, kinds_meet, rule_kinds
 from memos_bridge.rules.subjects import Number, Subject, identifiers, number_key, numbers, subject_of, units
 from memos_bridge.rules.text import CJK_CHARS, clip, squash
@@ -210,9 +210,11 @@ _CONSEQUENCE: Final = re.compile(
 #: (A code in capitals, "gives JST", is a zone, a currency or a unit a rule names, and stays.)
 _RESULT_VALUE: Final = r"(?:-?\d[\d.,]*%?|[^\s,;.。]*\d[^\s,;。]*|(?:the\s+)?[A-Z][a-z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
 _RESULT: Final = re.compile(
-    r",?\s+(?:(?:which|that|this)\s+)?(?:(?:gives?|yields?|comes?\s+(?:out\s+)?(?:to|as|at)|works?\s+out\s+(?:to|as|at)|"
-    r"lands?\s+(?:on|at)|results?\s+in)\s+(?:about\s+|roughly\s+|around\s+|exactly\s+|just\s+)?"
-    rf"(?P<what>{_RESULT_VALUE})|puts?\s+(?P<first>{_RESULT_VALUE})\s+(?:first|on\s+top|ahead))\s*[.!。]?\s*$"
+    r",?\s+(?:and\s+)?(?:(?:which|that|this)\s+)?(?:(?:gives?|yields?|comes?\s+(?:out\s+)?(?:to|as|at)|works?\s+out\s+"
+    r"(?:to|as|at)|lands?\s+(?:on|at)|results?\s+in)\s+|(?<=and\s)(?:the\s+|its\s+|your\s+)?(?:[\w-]+\s+){0,2}?"
+    r"(?:averages?|totals?|sums?\s+to|comes?\s+to|becomes?|is|are)\s+)(?:about\s+|roughly\s+|around\s+|exactly\s+|"
+    rf"just\s+)?(?P<what>{_RESULT_VALUE})(?:,\s*(?:which|that)\b[^.!?。]*)?\s*[.!。]?\s*$|"
+    rf",?\s+(?:(?:which|that|this)\s+)?puts?\s+(?P<first>{_RESULT_VALUE})\s+(?:first|on\s+top|ahead)\s*[.!。]?\s*$"
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
 _ABOUT_ATTEMPT: Final = re.compile(
@@ -524,10 +526,39 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
     """Read every sentence of `text` (module docstring); `context` is what is known of this attempt."""
     context = context or InstanceContext()
     lines: list[LessonLine] = []
+    previous = ""
     for whole in sentences(text):
         for sentence in _with_cause(whole, context):
-            lines.append(_read_sentence(sentence, context))
+            lines.append(_with_referent(_read_sentence(sentence, context), previous, context))
+            previous = sentence
     return Reading(tuple(lines))
+
+
+#: A lesson that opens by pointing at a value ("That number is what the controller writes when…", "这个值…").
+_VALUE_REFERENT: Final = re.compile(
+    r"^\W*(?:that|this|the|such\s+an?)\s+(?:number|value|code|reading|figure|marker|sentinel)\b|^\W*(?:这个|那个)(?:数|值|代码|读数)",
+    re.IGNORECASE,
+)
+
+
+def _with_referent(line: LessonLine, previous: str, context: InstanceContext) -> LessonLine:
+    """A lesson that points at "that number" says which: the one value of the data the sentence before named
+    ("… rows showing 8888.8. That number is what the meter writes when…" reads "That number (8888.8) is …"), so
+    the rule keeps its value when the sentence before, about this attempt, is left out."""
+    match = _VALUE_REFERENT.match(line.text) if line.text else None
+    if match is None or numbers(line.text):
+        return line
+    data_values = [n for n in numbers(previous) if number_role(previous, n, context) == "protected"]
+    if len({n.value for n in data_values}) != 1:
+        return line
+    value = data_values[0]
+    text = f"{line.text[: match.end()]} ({value.text}){line.text[match.end() :]}"
+    return replace(line, text=text, subject=subject_of(text, (*numbers_kept(line), value)))
+
+
+def numbers_kept(line: LessonLine) -> tuple[Number, ...]:
+    """The numbers a lesson line keeps as its rule's parameters (those its subject records)."""
+    return tuple(n for n in numbers(line.text) if number_key(n.value) in line.subject.numbers)
 
 
 #: "… didn't line up because the depot trims trailing spaces", "…不对，因为导出文件的重量是磅".
@@ -560,24 +591,28 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
         return LessonLine(text="", role="instance", source=sentence, removed=(sentence,))  # a heading and values
     # "row-count check failed: X is Y" says "X is Y"
     body = body[:1].upper() + body[1:] if body else sentence
+    # what the computation comes to ("… and the mean is 412.5") goes before the instance filter reads the rest
+    result = _RESULT.search(body)
+    outcome_said = (
+        result is not None and result.start() > 0 and not units(result.group("what") or result.group("first"))
+    )
+    if result is not None and outcome_said:
+        body = body[: result.start()].rstrip(" ,") + "."
+    filtered = strip_instance(body, context)
     # when the instance filter cuts something, it reads what follows a person's lead-in ("One problem though:
     # <this attempt's row> did X because …"): a cut must not join the lead-in to the rest and hide it from `unwrap`
-    filtered = strip_instance(body, context)
     lead = _WRAPPER.match(body)
     if lead and filtered.removed and lead.end() < len(body):
         filtered = strip_instance(body[lead.end() :], context)
     if heading and body != sentence:
         filtered = replace(filtered, removed=(heading.group(0).strip(" :：—-"), *filtered.removed))
+    if result is not None and outcome_said:  # what the computation came to was cut above
+        filtered = replace(filtered, removed=(*filtered.removed, result.group(0).strip(" ,.")), cut=True)
     outcome = _CONSEQUENCE.search(filtered.text)
     if outcome is not None and outcome.start() > 0 and not (units(outcome.group(0)) or identifiers(outcome.group(0))):
         # ("… and you'll get kilograms" says the rule's unit: it stays)
         kept_text = filtered.text[: outcome.start()].rstrip(" ,") + filtered.text[outcome.end() :]
         filtered = replace(filtered, text=kept_text, removed=(*filtered.removed, outcome.group(0).strip(" ,")))
-    result = _RESULT.search(filtered.text)
-    if result is not None and result.start() > 0 and not units(result.group("what") or result.group("first")):
-        kept_text = filtered.text[: result.start()].rstrip(" ,") + "."
-        removed = (*filtered.removed, result.group(0).strip(" ,."))
-        filtered = replace(filtered, text=kept_text, removed=removed, cut=True)
     role = role_of(filtered.text, context)
     named = bool(identifiers(filtered.text) or units(filtered.text))
     if role == "note" and not named and filtered.removed and _role_of(sentence, context) == "praise":

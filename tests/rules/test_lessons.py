@@ -403,3 +403,29 @@ def test_what_a_computation_comes_to_is_this_tasks_answer_and_the_method_before_
     ]
     assert read_feedback("Adding nine hours gives JST.").lessons
     assert read_feedback("The stamp is in milliseconds, which gives numbers 1000 times too big.").lessons
+    # a second clause that says what the result then is goes; the rule before it stays
+    (dropped,) = read_feedback("Skip the 9999 rows and the mean is 412.5.").lessons
+    assert dropped.text == "Skip the 9999 rows."
+    assert read_feedback("The sentinel is 9999.").lessons  # a rule's own value, said as the sentence's verb
+
+
+def test_a_value_the_data_holds_stays_in_its_rule_however_tersely_it_is_defined() -> None:
+    context = InstanceContext.build(expected={"mean_temp": 21.4}, actual={"mean_temp": 388.52})
+    (terse,) = read_feedback("8888.8 = sensor fault, not a value. Skip it → 21.4.", context).lessons
+    assert "8888.8" in terse.text and "21.4" not in terse.text
+    (told,) = read_feedback(
+        "The mean is still 388.52. Our meters write 8888.8 when a probe is unplugged, so treat it as missing.", context
+    ).lessons
+    assert told.text == "Our meters write 8888.8 when a probe is unplugged, so treat it as missing."
+
+
+def test_a_lesson_pointing_at_that_number_says_which_value_of_the_data_it_means() -> None:
+    context = InstanceContext.build(expected={"mean_temp": 21.4}, actual={"mean_temp": 388.52})
+    reading = read_feedback(
+        "One catch: 388.52 got pulled up by a few rows showing 8888.8. That number is what the meter writes when a "
+        "probe is unplugged, so it is no reading at all.",
+        context,
+    )
+    assert [line.text for line in reading.lessons] == [
+        "That number (8888.8) is what the meter writes when a probe is unplugged, so it is no reading at all."
+    ]
