@@ -57,9 +57,9 @@ _PROTECT_BEFORE: Final = re.compile(
 _DEFINED_AS: Final = re.compile(
     r"^\s*[`'\"”)]?\s*(?:[,(:—–-]\s*)?(?:(?:which|that)\s+)?(?:is|are|was|were|=|means?|meaning|stands?\s+for|"
     r"indicates?|marks?|signals?|denotes?|represents?|flags?|says?)?\s*(?:just\s+|only\s+|really\s+)?"
-    r"(?:the|a|an|our|its|their|this|that)?\s*(?:[\w']+[\s-]+){0,4}?(?:placeholders?|sentinels?|fillers?|dummy|dummies|"
+    r"(?:the|a|an|our|its|their|this|that)?\s*(?:[\w']+[\s-]+){0,6}?(?:placeholders?|sentinels?|fillers?|dummy|dummies|"
     r"markers?|flags?|(?:fault|error|status|null|special)\s+(?:codes?|values?)|no[- ]?(?:start[- ])?read(?:ing)?s?\b|"
-    r"missing|unknown|not\s+(?:recorded|read|weighed|measured|available|set|known|a\s+real)|offline|"
+    r"missing|unknown|(?:not|\w*n't)\s+(?:been\s+)?(?:recorded|read|weighed|measured|available|set|known|a\s+real)|offline|"
     r"no\s+(?:reading|data|value|measurement)s?)"
     r"|^\s*(?:[,，(（:：—–-]\s*)?(?:是|表示|代表|意思是|为|就是|指|即)?[^，。,.;；]{0,10}?(?:占位|缺失|故障|错误码|无效|没有读数|"
     r"没读到|未读到|未记录|没有记录|空值|哨兵|离线|特殊值|没称|未称)",
@@ -84,6 +84,13 @@ _IN_DATA_BEFORE: Final = re.compile(
     r"contains?|containing|carr(?:y|ies|ying)|holds?|holding|logged\s+as|recorded\s+as|written\s+as|flagged|marked|"
     r"(?:writes?|writing|logs?|records?|stores?|enters?|emits?|puts?\s+(?:in|down))|"
     r"tagged)\s*[`'\"“]?$|(?:出现|看到|显示|写着|记为|标为)\s*$",
+    re.IGNORECASE,
+)
+#: Rows of the data that hold a value in a named field ("rows with net_s 35999", "entries where code = 77"): the
+#: value is the data's, named with its field.
+_FIELD_IN_DATA_BEFORE: Final = re.compile(
+    r"\b(?:rows?|records?|lines?|entries|readings?|tickets?|cells?)\s+(?:with|where|whose|having)\s+[\w.-]+\s*"
+    r"(?:=|==|of|at|as)?\s*[`'\"“]?$",
     re.IGNORECASE,
 )
 _NOT_A_VALUE_AFTER: Final = re.compile(
@@ -128,7 +135,8 @@ _ANSWER_CUE: Final = re.compile(
     r"(?:counted|summed|found|picked|chose|listed|used|wrote|reported|returned|got|gave|added\s+up)(?:\s+\w+)?|"
     r"it'?s|it\s+is|that'?s|that\s+is|this\s+is|needs|wants|requires|expects)\b"
     r"|[=≠→]|->|!=|期望|预期|实际|得到|算出|算成|算的是|算出来|答案|结果|应为|应是|应该是|应该为|应当是|正确的是|正确值|"
-    r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|共有|一共|总共|总额|平均值?|均值)"
+    r"正确|而不是|不是|却是|给出|写成|写的是|报了|等于|才对|得出|总计|合计|共计|共有|一共|总共|总额|平均值?|均值|"
+    r"大约是?|大概是?|约为|约是|差不多是?)"
     r"(?:\s*(?:is|was|be|of|at|as|to|about|around|only|just|a|an|the|just|是|为|了|的)\b)*\s*[$€£¥]?\s*$",
     re.IGNORECASE,
 )
@@ -341,10 +349,11 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     after = sentence[number.end : number.end + 24]
     if _PROTECT_BEFORE.search(before) or _PROTECT_AFTER.match(after) or _RANGE_AFTER.match(after):
         return "protected"
-    if _DEFINED_AS.match(sentence[number.end : number.end + 60]) or _DEFINED_BEFORE.search(before):
+    said = _past_unit(sentence[number.end : number.end + 90])  # what is said of it: "35999 s (9:59:59) means …"
+    if _DEFINED_AS.match(said) or _DEFINED_BEFORE.search(before):
         return "protected"  # a sentinel or a marker code: the value the convention is about
     if not context.has_value(number) and (
-        _IN_DATA_BEFORE.search(before) or _NOT_A_VALUE_AFTER.match(sentence[number.end : number.end + 60])
+        _IN_DATA_BEFORE.search(before) or _FIELD_IN_DATA_BEFORE.search(before) or _NOT_A_VALUE_AFTER.match(said)
     ):
         return "protected"  # a value of the data said not to be a real one: the marker the rule is about
     if _EXAMPLE_BEFORE.search(before) and _FORMATTED.match(sentence[number.start :]):
@@ -370,6 +379,22 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     if _significant_digits(number) >= 3 and not year and not number.text.startswith(("+", "-", "−")):
         return "instance"  # an arbitrary figure (1960 GB); a rule's numbers are small, round or after a label
     return "neutral"
+
+
+#: A unit written right after a number, and a parenthesis after it ("35999 s (9:59:59)"): what is said of the
+#: value comes after them.
+_UNIT_AFTER: Final = re.compile(
+    r"^\s*(?:s|secs?|ms|min|mins|h|hrs?|kg|g|lbs?|l|ml|km|m|mm|cm|%|°\s*[cf]|°)(?=[\s,;:()]|$)", re.IGNORECASE
+)
+_PAREN_AFTER: Final = re.compile(r"^\s*\([^()\n]{1,24}\)")
+
+
+def _past_unit(text: str) -> str:
+    """`text` (what follows a number) past the number's unit and a short parenthesis."""
+    unit = _UNIT_AFTER.match(text)
+    text = text[unit.end() :] if unit else text
+    paren = _PAREN_AFTER.match(text)
+    return text[paren.end() :] if paren else text
 
 
 def _significant_digits(number: Number) -> int:

@@ -244,10 +244,11 @@ def units(text: str) -> list[Unit]:
 # numbers
 
 #: A number as written: optional sign and currency, thousands separators, decimals, a percent sign; clock offsets
-#: such as +05:30 are one number too.
+#: such as +05:30 are one number too. A number written against Chinese characters ("乘以10", "是53吨") is one too:
+#: those characters are word characters to the regex engine, not letters of the number's word.
 NUMBER: Final = re.compile(
-    r"(?:(?<![\w.])|(?<=(?<![A-Za-z])[xX]))(?<![A-Za-z][-_])(?P<sign>[-+−])?(?P<cur>[$€£¥])?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"(?P<clock>:\d{2})?(?P<pct>%)?(?![\w])"
+    r"(?:(?<![^\W\u3400-\u9fff])(?<!\.)|(?<=(?<![A-Za-z])[xX]))(?<![A-Za-z][-_])(?P<sign>[-+−])?(?P<cur>[$€£¥])?"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?P<clock>:\d{2})?(?P<pct>%)?(?![^\W\u3400-\u9fff])"
 )
 
 

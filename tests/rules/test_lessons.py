@@ -429,3 +429,24 @@ def test_a_lesson_pointing_at_that_number_says_which_value_of_the_data_it_means(
     assert [line.text for line in reading.lessons] == [
         "That number (8888.8) is what the meter writes when a probe is unplugged, so it is no reading at all."
     ]
+
+
+def test_a_marker_value_keeps_its_place_past_its_unit_and_a_field_name() -> None:
+    context = InstanceContext.build(expected={"mean_dwell": 31.5}, actual={"mean_dwell": 402.25})
+    (unit_first,) = read_feedback(
+        "40713 s is the scanner's 'no exit-gate read' filler, not a dwell time; drop those rows.", context
+    ).lessons
+    assert unit_first.text.startswith("40713 s is the scanner's")
+    (in_paren,) = read_feedback(
+        "The value 40713 s (24:41:28) means the tag wasn't read; skip such rows.", context
+    ).lessons
+    assert "40713" in in_paren.text and "wasn't read" in in_paren.text
+    (named,) = read_feedback("Rows with dwell_s 40713 (no exit read) must not enter the mean.", context).lessons
+    assert "dwell_s 40713" in named.text
+
+
+def test_a_number_written_against_chinese_characters_is_read_as_a_number() -> None:
+    assert [n.text for n in numbers("要乘以12才是个数，大约是347箱")] == ["12", "347"]
+    context = InstanceContext.build(expected={"crates": 347.5}, actual={"crates": 28.9})
+    reading = read_feedback("每托盘记的是打数，要乘以12。那批大约是347箱。", context)
+    assert [line.text for line in reading.lessons] == ["每托盘记的是打数，要乘以12。"]

@@ -22,6 +22,8 @@ FORMAT = "Report every duration as H:MM, never as decimal minutes."
         "Which weekday had the most visits?",
         "How many orders arrived in the morning?",
         "上午一共卖出了多少单？",
+        "How many kiosk orders fall within the spring campaign listed in offers.csv?",  # a span of time
+        "What did the night shift scan?",
     ],
 )
 def test_a_clock_rule_bears_on_a_request_that_involves_time(request_text: str) -> None:
