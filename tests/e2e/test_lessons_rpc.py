@@ -241,3 +241,81 @@ def test_a_clock_lesson_reaches_a_task_of_its_work_that_involves_time_and_not_on
         )
     assert "UTC" in timed, timed
     assert "UTC" not in timeless, timeless
+
+
+def _attempt_reading(client: ServiceClient, task: str, ts: int, read: str, answer: str) -> str:
+    """One task in a session of its own whose agent reads `read` before it answers: returns the episodeId."""
+    session = client.call("session.open", {"agent": AGENT})["sessionId"]
+    started = client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": task, "ts": ts}, timeout=60)
+    episode: str = started["query"]["episodeId"]
+    client.call(
+        "turn.end",
+        {
+            "agent": AGENT,
+            "sessionId": session,
+            "episodeId": episode,
+            "agentText": f"Done: wrote result.json with {answer}.",
+            "toolCalls": [
+                {"name": "read_file", "input": {"path": read}, "output": "ts,amount\n1700000000000,1250"},
+                {"name": "write_file", "input": {"path": "result.json", "content": answer}, "output": "ok"},
+            ],
+            "ts": ts + 60_000,
+        },
+        timeout=60,
+    )
+    return episode
+
+
+def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its_own(tmp_path: Path) -> None:
+    """A rule learnt on one of a company's logs holds for its other logs, however much closer the work learnt on
+    the other log is; a project whose requests are merely worded alike, on other input files, keeps its rules."""
+    with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
+        ts = 1_700_000_000_000
+        door = _attempt_reading(
+            client,
+            "Ostrava Retail's door sensor log is door_log.csv. How many hours lie between its first and last entry? "
+            "Write result.json",
+            ts,
+            "door_log.csv",
+            '{"hours": 412.5}',
+        )
+        correct(client, door, "The ts field counts milliseconds since 1970, not seconds; divide by 1000.", ts + 60_000)
+        till = _attempt_reading(
+            client,
+            "Ostrava Retail's till log is till_log.csv. What is the total of its amount field? Write result.json",
+            ts + HOUR,
+            "till_log.csv",
+            '{"total": 18250}',
+        )
+        correct(client, till, "The amount field is in cents, not crowns; divide it by 100.", ts + HOUR + 60_000)
+        visitors = _attempt_reading(
+            client,
+            "How many visits did the galleries record on Sunday? Write result.json",
+            ts + 2 * HOUR,
+            "door_counts.csv",
+            '{"visitors": 908}',
+        )
+        correct(client, visitors, "Each visitor crosses the beam twice, in and out: halve the counts.", ts + 2 * HOUR)
+        client.call("memory.flush", {})
+        house = recall(
+            client,
+            "How many hours lie between the earliest and the latest entry of the Ostrava till log (till_log.csv)? "
+            "Write result.json",
+            ts + 5 * HOUR,
+        )
+        clinic = _attempt_reading(
+            client,
+            "How many visits did the clinic record on Sunday, going by clinic_visits.csv? Write result.json",
+            ts + 6 * HOUR,
+            "clinic_visits.csv",
+            '{"visits": 57}',
+        )
+        correct(client, clinic, "The check-in times are UTC and the clinic keeps UTC+10: add ten hours.", ts + 6 * HOUR)
+        client.call("memory.flush", {})
+        visits = recall(
+            client,
+            "How many visits did the clinic record on Monday, going by clinic_visits.csv? Write result.json",
+            ts + 9 * HOUR,
+        )
+    assert "milliseconds" in house, house
+    assert "UTC" in visits and "halve" not in visits and "beam" not in visits, visits
