@@ -156,6 +156,12 @@ class RetrievalSettings(_Section):
         "above (lessons are recalled by subject).",
     )
     rrf_k: int = Field(60, ge=1)
+    explain_log: str | None = Field(
+        None,
+        description="A file each turn's recall decisions are appended to, one JSON line per turn: every candidate "
+        "lesson with the gate that kept or dropped it, and which were injected (for finding where a lesson was "
+        "lost; `scripts/eval_lessons.py --explain`). Unset = not written.",
+    )
     default_deadline_ms: int = Field(6000, ge=50, description="Budget when turn.start gives no deadlineAt.")
     llm_filter: bool = Field(
         False, description="Ask the LLM which candidates are relevant (needs an LLM; falls back to a score cutoff)."

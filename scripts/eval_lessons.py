@@ -23,6 +23,7 @@ from typing import Any
 
 from lessons.corpus import SPLITS, Family, load_corpus
 from lessons.evaluate import (
+    LOST_STAGES,
     RUN_STYLES,
     SESSIONS,
     SHAPES,
@@ -44,6 +45,11 @@ def _row(label: str, m: Measures) -> str:
         f"   unrelated {m.unrelated_tasks:>2}/{m.tasks:<3} {m.unrelated_rate:5.1%}   extra {m.extra:>3}"
         f"   leaked {m.leaked:>3}   invented {m.invented:>3}"
         f"   chars {m.mean_chars:6.0f} (max {m.max_chars})"
+        + (
+            "   lost at: " + ", ".join(f"{stage} {m.lost[stage]}" for stage in LOST_STAGES if stage in m.lost)
+            if m.lost
+            else ""
+        )
     )
 
 
@@ -199,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="after each task print its feedback and the experiences it created or changed (dev families only)",
     )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="place every needed lesson that did not come back: not found, work gate, scope, subject gate, ranking "
+        "or block (aggregates per split and style; safe for held-out splits)",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.service_env)
     results: list[RunResult] = []
@@ -223,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_log=log,
                 sessions=args.sessions,
                 after_task=_Tracer() if args.trace else None,
+                explain=args.explain,
             )
             results.append(result)
             if args.show:

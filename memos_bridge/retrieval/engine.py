@@ -39,7 +39,7 @@ from memos_bridge.core.vector_store import FIELDS as VECTOR_FIELDS
 from memos_bridge.core.vector_store import VectorJob, VectorStore
 from memos_bridge.embedding.base import Embedder
 from memos_bridge.llm.base import LLMProvider
-from memos_bridge.retrieval import fusion, work_gate
+from memos_bridge.retrieval import explain, fusion, work_gate
 from memos_bridge.retrieval.fusion import Candidate, CandidateKind
 from memos_bridge.retrieval.intent import InjectionPlan
 from memos_bridge.retrieval.llm_filter import llm_filter
@@ -270,6 +270,8 @@ class _Loaded:
     sources: dict[str, list[str]] = field(default_factory=dict)
     # the summary vector of each roll-up episode's first step (its goal), by trace id
     goals: dict[str, np.ndarray] = field(default_factory=dict)
+    # what the subject gate decided for each candidate lesson or world model, and its text (`retrieval.explain`)
+    verdicts: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -632,6 +634,8 @@ class Retriever:
             data.linked_preference, data.linked_anti_pattern = prefer, avoid
         data.query = text
         context = render_block(data, reason=plan.reason, options=self._render_options(query.render))
+        if self._settings.explain_log:
+            explain.append(self._settings.explain_log, text, plan.reason, loaded.verdicts, picked, context)
         latency = dto.TierLatencyDTO(
             tier1=round(tier_ms.get(1, 0.0), 2),
             tier2=round(tier_ms.get(2, 0.0), 2),
@@ -718,7 +722,8 @@ class Retriever:
         # the work gate judges what a turn is given; a search someone asked for is judged by its words alone
         turn = plan.reason != "tool_driven"
         context = RequestContext(query_vec, visible.session_id if visible is not None else None) if turn else None
-        candidates = self._subject_gate(candidates, request, context)
+        verdicts: dict[str, tuple[str, str]] = {}
+        candidates = self._subject_gate(candidates, request, context, verdicts)
         steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
         trace_ids = [c.ref_id for c in candidates if c.kind == "trace"]
         distilled = [c.ref_id for c in candidates if c.kind == "experience"] + [
@@ -731,7 +736,7 @@ class Retriever:
         candidates = self._with_vectors(db, candidates)
         goal_ids = [rows[0].id for rows in steps.values() if rows]
         goals = self._vectors.stored_vectors(db, "trace", "vec_summary", goal_ids) if goal_ids else {}
-        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner), sources, goals)
+        return _Loaded(candidates, steps, hotpath.guidance_rows(db, trace_ids, owner), sources, goals, verdicts)
 
     def _hydrate_sync(
         self,
@@ -895,7 +900,11 @@ class Retriever:
         cand.strength = strength_rules.tie_signal(cand.strength, row.strength)  # evidence breaks near-ties only
 
     def _subject_gate(
-        self, candidates: list[Candidate], request: str, context: RequestContext | None = None
+        self,
+        candidates: list[Candidate],
+        request: str,
+        context: RequestContext | None = None,
+        verdicts: dict[str, tuple[str, str]] | None = None,
     ) -> list[Candidate]:
         """A lesson (or a world model) is recalled for a request about its subject: one that names a term it is
         about (an identifier, a file it was learnt on, a unit), or whose meaning is close to it (vector cosine ≥
@@ -921,7 +930,10 @@ class Retriever:
         instead (`retrieval.work_gate`): by how close this request is to those requests, the lessons of one work
         together. Requests that name no file or company share no term with their lessons, and a lesson's own words
         are about data every project has ("readings", "times"): "two of its words" brought one project's lessons
-        into another's tasks."""
+        into another's tasks.
+
+        `verdicts`, when given, receives each lesson's and world model's fate (`retrieval.explain`)."""
+        verdicts = {} if verdicts is None else verdicts
         floor = self._settings.lesson_min_similarity
         files_of_steps = _step_files(candidates)
         boilerplate = _boilerplate_files(files_of_steps)
@@ -933,7 +945,12 @@ class Retriever:
             payload = cand.payload
             needed = floor
             if works is not None and cand.ref_id in works.judged:
-                if cand.ref_id in works.kept and _bears_on(payload, request, context):
+                if cand.ref_id not in works.kept:
+                    verdicts[cand.ref_id] = ("work", explain.text_of(payload))
+                elif not _bears_on(payload, request, context):
+                    verdicts[cand.ref_id] = ("scope", explain.text_of(payload))
+                else:
+                    verdicts[cand.ref_id] = ("kept", explain.text_of(payload))
                     kept.append(cand)
                 continue
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
@@ -960,8 +977,13 @@ class Retriever:
                 gated = False  # a preference or rule stored without a lesson record: left to the ranking
             else:
                 gated = isinstance(payload, ExperienceSnippet | WorldSnippet) and not _about(payload, request, files)
+            lesson = isinstance(payload, ExperienceSnippet | WorldSnippet)
             if gated and _vector_score(cand) < needed:
+                if lesson:
+                    verdicts[cand.ref_id] = ("subject", explain.text_of(payload))
                 continue  # not about this request's subject: only a close match in meaning brings it
+            if lesson:
+                verdicts[cand.ref_id] = ("kept", explain.text_of(payload))
             kept.append(cand)
         return kept
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lessons.corpus import STYLES, Family, Task
+from lessons.corpus import STYLES, Convention, Family, Task
 from memos_bridge.client import ServiceClient
 from memos_bridge.ids import CROCKFORD, PREFIXES
 
@@ -173,6 +173,8 @@ class TaskRecord:
     invented: list[str]
     hits: list[dict[str, Any]] = field(default_factory=list)
     turn_ms: float = 0.0
+    #: where each needed convention that did not come back was lost (`lost_at`), with `--explain`
+    lost: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -188,8 +190,11 @@ class Measures:
     invented: int = 0
     chars: int = 0
     max_chars: int = 0
+    lost: dict[str, int] = field(default_factory=dict)
 
     def add(self, record: TaskRecord) -> None:
+        for stage in record.lost:
+            self.lost[stage] = self.lost.get(stage, 0) + 1
         self.tasks += 1
         self.needed += len(record.needed)
         self.recalled += len(record.recalled)
@@ -225,7 +230,43 @@ class Measures:
             "inventedLines": self.invented,
             "meanChars": round(self.mean_chars, 1),
             "maxChars": self.max_chars,
+            **({"lostAt": dict(sorted(self.lost.items()))} if self.lost else {}),
         }
+
+
+#: Where a needed lesson that did not reach the block was lost, in the order a turn goes (`retrieval.explain`):
+#: no channel found a lesson carrying it; a gate dropped every one that did (another work's, a rule that cannot
+#: bear on the task, another subject); ranking passed them over; or the block's budget or its line choice left
+#: the words out of a lesson it picked.
+LOST_STAGES = ("not found", "work gate", "scope", "subject gate", "ranking", "block")
+
+
+def lost_at(convention: Convention, entry: dict[str, Any]) -> str:
+    """Where `convention`, needed and missing from the block, was lost in one turn's explain line."""
+    carriers = [c for c in entry.get("candidates") or [] if convention.carried_by(lesson_words(str(c["text"])))]
+    if not carriers:
+        return "not found"
+    verdicts = {c["verdict"] for c in carriers}
+    if any(c["picked"] for c in carriers):
+        return "block"
+    if "kept" in verdicts:
+        return "ranking"
+    if "scope" in verdicts:
+        return "scope"
+    if "work" in verdicts:
+        return "work gate"
+    return "subject gate"
+
+
+def read_explain(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The explain lines written since `offset` (bytes), and the new offset."""
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+    return lines, offset + len(data)
 
 
 def summarise(records: Iterable[TaskRecord], key: Callable[[TaskRecord], str]) -> dict[str, Measures]:
@@ -486,6 +527,7 @@ def run_service(
     keep_log: Path | None = None,
     sessions: str = "task",
     after_task: Callable[[ServiceClient, Family, Task, TaskRecord], None] | None = None,
+    explain: bool = False,
 ) -> RunResult:
     """Every family of `families` in order through one spawned service (module docstring).
 
@@ -496,7 +538,9 @@ def run_service(
     host opens sessions (`SESSIONS`): one per task, hours apart, or one per family with its tasks minutes apart
     (a host that keeps one session open while a user asks one thing after another). A retry (`Task.retry_of`)
     runs in the session of the task it retries, minutes after it. A passing task (`Task.passes`) gets its
-    answer right and its praise as positive feedback.
+    answer right and its praise as positive feedback. With `explain`, the service writes each turn's recall
+    decisions (`retrieval.explain_log`) and every needed convention that did not come back is placed
+    (`lost_at`, in `TaskRecord.lost`).
     """
     started = time.perf_counter()
     records: list[TaskRecord] = []
@@ -507,7 +551,10 @@ def run_service(
     with tempfile.TemporaryDirectory(prefix="memos-lessons-") as scratch:
         data_home = home or Path(scratch) / "home"
         log = (Path(scratch) / "service.log").open("wb")
-        client = ServiceClient.spawn(data_home, env={**SERVICE_ENV, **(env or {})}, stderr=log)
+        explain_path = Path(scratch) / "explain.jsonl"
+        explained = {"MEMOS_BRIDGE_RETRIEVAL__EXPLAIN_LOG": str(explain_path)} if explain else {}
+        explain_offset = 0
+        client = ServiceClient.spawn(data_home, env={**SERVICE_ENV, **(env or {}), **explained}, stderr=log)
         try:
             client.call("core.health", {}, timeout=rpc_timeout_s)
             ts = 1_700_000_000_000
@@ -555,6 +602,11 @@ def run_service(
                         for h in result.get("hits") or []
                     ]
                     record.turn_ms = round(turn_ms, 1)
+                    if explain:
+                        entries, explain_offset = read_explain(explain_path, explain_offset)
+                        turn = next((e for e in reversed(entries) if e.get("reason") != "tool_driven"), None)
+                        missed = [c for c in record.needed if c not in record.recalled]
+                        record.lost = [lost_at(family.conventions[c], turn) if turn else "not found" for c in missed]
                     records.append(record)
                     episode = result["query"]["episodeId"]
                     passes = task.passes or (

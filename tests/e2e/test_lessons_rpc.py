@@ -268,8 +268,11 @@ def _attempt_reading(client: ServiceClient, task: str, ts: int, read: str, answe
 
 def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its_own(tmp_path: Path) -> None:
     """A rule learnt on one of a company's logs holds for its other logs, however much closer the work learnt on
-    the other log is; a project whose requests are merely worded alike, on other input files, keeps its rules."""
-    with ServiceClient.spawn(tmp_path / "home", env=NO_LLM) as client:
+    the other log is; a project whose requests are merely worded alike, on other input files, keeps its rules.
+    The explain log says which gate decided each lesson."""
+    explained = tmp_path / "explain.jsonl"
+    env = {**NO_LLM, "MEMOS_BRIDGE_RETRIEVAL__EXPLAIN_LOG": str(explained)}
+    with ServiceClient.spawn(tmp_path / "home", env=env) as client:
         ts = 1_700_000_000_000
         door = _attempt_reading(
             client,
@@ -319,3 +322,8 @@ def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its
         )
     assert "milliseconds" in house, house
     assert "UTC" in visits and "halve" not in visits and "beam" not in visits, visits
+    turns = [json.loads(line) for line in explained.read_text().splitlines()]
+    last = next(t for t in reversed(turns) if t["request"].startswith("How many visits did the clinic record on Mon"))
+    verdicts = {c["text"].split(":")[0]: (c["verdict"], c["picked"]) for c in last["candidates"]}
+    assert verdicts["The check-in times are UTC and the clinic keeps UTC+10"] == ("kept", True), verdicts
+    assert verdicts["Each visitor crosses the beam twice"] == ("work", False), verdicts
