@@ -65,7 +65,7 @@ _DEFINED_AS: Final = re.compile(
     r"没读到|未读到|未记录|没有记录|空值|哨兵|离线|特殊值|没称|未称)",
     re.IGNORECASE,
 )
-#: What a number is defined as, right before it: a marker named by its kind ("the placeholder 35999", "sentinel
+#: What a number is defined as, right before it: a marker named by its kind ("the placeholder 40713", "sentinel
 #: value 999", "coded 00", "占位值 65535").
 _DEFINED_BEFORE: Final = re.compile(
     r"(?:\b(?:placeholder|sentinel|filler|dummy|marker|flag|fault\s+code|error\s+code|status\s+code|null\s+value|"
@@ -86,7 +86,7 @@ _IN_DATA_BEFORE: Final = re.compile(
     r"tagged)\s*[`'\"“]?$|(?:出现|看到|显示|写着|记为|标为)\s*$",
     re.IGNORECASE,
 )
-#: Rows of the data that hold a value in a named field ("rows with net_s 35999", "entries where code = 77"): the
+#: Rows of the data that hold a value in a named field ("rows with dwell_s 40713", "entries where code = 77"): the
 #: value is the data's, named with its field.
 _FIELD_IN_DATA_BEFORE: Final = re.compile(
     r"\b(?:rows?|records?|lines?|entries|readings?|tickets?|cells?)\s+(?:with|where|whose|having)\s+[\w.-]+\s*"
@@ -349,7 +349,7 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     after = sentence[number.end : number.end + 24]
     if _PROTECT_BEFORE.search(before) or _PROTECT_AFTER.match(after) or _RANGE_AFTER.match(after):
         return "protected"
-    said = _past_unit(sentence[number.end : number.end + 90])  # what is said of it: "35999 s (9:59:59) means …"
+    said = _past_unit(sentence[number.end : number.end + 90])  # what is said of it: "40713 s (11:18:33) means …"
     if _DEFINED_AS.match(said) or _DEFINED_BEFORE.search(before):
         return "protected"  # a sentinel or a marker code: the value the convention is about
     if not context.has_value(number) and (
@@ -381,7 +381,7 @@ def number_role(sentence: str, number: Number, context: InstanceContext) -> str:
     return "neutral"
 
 
-#: A unit written right after a number, and a parenthesis after it ("35999 s (9:59:59)"): what is said of the
+#: A unit written right after a number, and a parenthesis after it ("40713 s (11:18:33)"): what is said of the
 #: value comes after them.
 _UNIT_AFTER: Final = re.compile(
     r"^\s*(?:s|secs?|ms|min|mins|h|hrs?|kg|g|lbs?|l|ml|km|m|mm|cm|%|°\s*[cf]|°)(?=[\s,;:()]|$)", re.IGNORECASE

@@ -534,7 +534,7 @@ def read_feedback(text: str, context: InstanceContext | None = None) -> Reading:
     return Reading(tuple(lines))
 
 
-#: A lesson that opens by pointing at a value ("That number is what the controller writes when…", "这个值…").
+#: A lesson that opens by pointing at a value ("That value is what the meter logs whenever…", "这个值…").
 _VALUE_REFERENT: Final = re.compile(
     r"^\W*(?:that|this|the|such\s+an?)\s+(?:number|value|code|reading|figure|marker|sentinel)\b|^\W*(?:这个|那个)(?:数|值|代码|读数)",
     re.IGNORECASE,
