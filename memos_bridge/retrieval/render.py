@@ -27,7 +27,7 @@ from memos_bridge.rules.block_filter import NO_VALUES, BlockValues
 from memos_bridge.rules.instance import instance_specific
 from memos_bridge.rules.kinds import rule_kinds
 from memos_bridge.rules.lessons import is_question, specific_tokens, unwrap
-from memos_bridge.rules.subjects import FILE, numbers, subject_of
+from memos_bridge.rules.subjects import FILE, numbers, shares_words, subject_of
 from memos_bridge.rules.text import clip, is_tool_call_line, numbered, numbered_steps
 
 OPEN_TAG = "<relevant-memories>"
@@ -681,6 +681,17 @@ def _summary_states_a_rule(skill: SkillSnippet) -> bool:
     return bool(rule_kinds(text))
 
 
+def _summary_fits(skill: SkillSnippet, request: str) -> bool:
+    """Whether a turn's block may show a skill's summary: it states a rule, or the request uses two of the words
+    of the task it succeeded on ("set up logrotate for nginx" for a skill that configured log rotation for nginx).
+    A summary drafted without an LLM is another task's title, which a small model reads as its own task when the
+    request is about something else."""
+    if _summary_states_a_rule(skill):
+        return True
+    words = [w for w in specific_tokens(skill_summary(skill).split(":")[0]) if not FILE.fullmatch(w)]
+    return shares_words(request, words, 2)
+
+
 def _compact_skill_lessons(skill: SkillSnippet) -> list[str]:
     """What a skill adds to a compact block beside the lessons: its Prefer and Avoid lines (the lessons it was
     built from). Its summary is left out: drafted without an LLM it is the title and trigger of the task it
@@ -723,9 +734,9 @@ def render_compact(data: RenderInput, *, reason: str = "turn_start", max_chars: 
         ][:2]
     lessons_shown = any(data.values.passes(line) for line in candidates)
     for skill in data.skills:
-        if not lessons_shown and not skill.preference and (reason != "turn_start" or _summary_states_a_rule(skill)):
+        if not lessons_shown and not skill.preference and (reason != "turn_start" or _summary_fits(skill, data.query)):
             # a skill that succeeded on such tasks, when no lesson came back and it states none itself: what it does
-            # (for a turn only when that is a rule, not the title of the task it succeeded on: `_summary_states_a_rule`)
+            # (for a turn only when that is a rule or the request is about what it did: `_summary_fits`)
             candidates.append(_compact_skill_line(skill))
         candidates += _compact_skill_lessons(skill)
     candidates += worked_lines(data)

@@ -69,6 +69,8 @@ def test_compact_block_shows_a_skills_lessons_not_the_request_it_succeeded_on() 
     bare = SkillSnippet(ref_id="sk_2", name="misting", guide=skill.guide, eta=0.6)
     assert "north zone" in render_compact(RenderInput(query="total water", skills=[bare]), reason="tool_driven")
     assert render_compact(RenderInput(query="total water", skills=[bare])) == ""
+    # … or when the request is about what the skill did (two of its task's words)
+    assert "north zone" in render_compact(RenderInput(query="misting log of the north zone", skills=[bare]))
     ruled = SkillSnippet(
         ref_id="sk_4",
         name="misting_water",
