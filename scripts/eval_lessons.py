@@ -24,6 +24,7 @@ from typing import Any
 from lessons.corpus import SPLITS, Family, load_corpus
 from lessons.evaluate import (
     LOST_STAGES,
+    NAMESPACES,
     RUN_STYLES,
     SESSIONS,
     SHAPES,
@@ -206,6 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="after each task print its feedback and the experiences it created or changed (dev families only)",
     )
     parser.add_argument(
+        "--namespaces",
+        choices=NAMESPACES,
+        default="shared",
+        help="shared: every family in one namespace (default); family: each family in a workspace of its own, as "
+        "the MCP server and hooks keep one per project",
+    )
+    parser.add_argument(
         "--explain",
         action="store_true",
         help="place every needed lesson that did not come back: not found, work gate, scope, subject gate, ranking "
@@ -236,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sessions=args.sessions,
                 after_task=_Tracer() if args.trace else None,
                 explain=args.explain,
+                namespaces=args.namespaces,
             )
             results.append(result)
             if args.show:

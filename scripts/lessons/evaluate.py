@@ -438,6 +438,12 @@ def count_experiences(families: Sequence[Family], experiences: Iterable[dict[str
 SESSIONS: tuple[str, ...] = ("task", "family")
 
 
+#: The agent kind the scripted agent runs as.
+EVAL_AGENT = "lessons-eval"
+#: Where the families' memories live (`run_service`'s `namespaces`).
+NAMESPACES: tuple[str, ...] = ("shared", "family")
+
+
 def session_id(family: Family, task: Task, sessions: str) -> str:
     """The session a task runs in: its family's, its own, or (a retry) that of the task it retries."""
     if sessions == "family":
@@ -528,6 +534,7 @@ def run_service(
     sessions: str = "task",
     after_task: Callable[[ServiceClient, Family, Task, TaskRecord], None] | None = None,
     explain: bool = False,
+    namespaces: str = "shared",
 ) -> RunResult:
     """Every family of `families` in order through one spawned service (module docstring).
 
@@ -540,7 +547,9 @@ def run_service(
     runs in the session of the task it retries, minutes after it. A passing task (`Task.passes`) gets its
     answer right and its praise as positive feedback. With `explain`, the service writes each turn's recall
     decisions (`retrieval.explain_log`) and every needed convention that did not come back is placed
-    (`lost_at`, in `TaskRecord.lost`).
+    (`lost_at`, in `TaskRecord.lost`). `namespaces` (`NAMESPACES`): every family in the service's one namespace
+    (`shared`, a host that keeps one memory for all its work), or each family in a workspace of its own
+    (`family`, as the MCP server and the Claude Code hooks keep one per project folder).
     """
     started = time.perf_counter()
     records: list[TaskRecord] = []
@@ -559,6 +568,7 @@ def run_service(
             client.call("core.health", {}, timeout=rpc_timeout_s)
             ts = 1_700_000_000_000
             attempts: dict[tuple[str, str], Sequence[str]] = {}
+            opened: set[str] = set()
             for family in families:
                 ts += 3 * 3_600_000  # families hours apart
                 for index, task in enumerate(family.tasks):
@@ -568,6 +578,14 @@ def run_service(
                     else:
                         ts += 3 * 3_600_000  # hours apart: every task is a new episode
                     session = session_id(family, task, sessions)
+                    if namespaces == "family" and session not in opened:
+                        space = {"agentKind": EVAL_AGENT, "profileId": "default", "workspaceId": family.name}
+                        client.call(
+                            "session.open",
+                            {"agent": EVAL_AGENT, "sessionId": session, "namespace": space},
+                            timeout=rpc_timeout_s,
+                        )
+                        opened.add(session)
                     sources.append(task.prompt)
                     t0 = time.perf_counter()
                     # A deadline as long as the call's own timeout: this run measures what is recalled, and a
@@ -576,7 +594,7 @@ def run_service(
                     result = client.call(
                         "turn.start",
                         {
-                            "agent": "lessons-eval",
+                            "agent": EVAL_AGENT,
                             "sessionId": session,
                             "userText": task.prompt,
                             "ts": ts,
@@ -620,7 +638,7 @@ def run_service(
                     ended = client.call(
                         "turn.end",
                         {
-                            "agent": "lessons-eval",
+                            "agent": EVAL_AGENT,
                             "sessionId": session,
                             "episodeId": episode,
                             "agentText": reply,
@@ -652,7 +670,17 @@ def run_service(
                             f"{family.name}/{task.id} {style}: {len(record.recalled)}/{len(record.needed)} recalled"
                             + (" (passed)" if passes else "")
                         )
-            policies = client.call("memory.list_policies", {"limit": 500}, timeout=rpc_timeout_s)["policies"]
+            if namespaces == "family":  # each family's lessons in its own workspace, read through its sessions
+                one_per_family = {session_id(f, f.tasks[0], sessions): f for f in families}
+                policies = [
+                    p
+                    for session in one_per_family
+                    for p in client.call(
+                        "memory.list_policies", {"limit": 500, "sessionId": session}, timeout=rpc_timeout_s
+                    )["policies"]
+                ]
+            else:
+                policies = client.call("memory.list_policies", {"limit": 500}, timeout=rpc_timeout_s)["policies"]
         finally:
             client.close()
             log.close()
