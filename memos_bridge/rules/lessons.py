@@ -603,7 +603,8 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
     # <this attempt's row> did X because …"): a cut must not join the lead-in to the rest and hide it from `unwrap`
     lead = _WRAPPER.match(body)
     if lead and filtered.removed and lead.end() < len(body):
-        filtered = strip_instance(body[lead.end() :], context)
+        rest = strip_instance(body[lead.end() :], context)
+        filtered = replace(rest, text=rest.text[:1].upper() + rest.text[1:])
     if heading and body != sentence:
         filtered = replace(filtered, removed=(heading.group(0).strip(" :：—-"), *filtered.removed))
     if result is not None and outcome_said:  # what the computation came to was cut above
