@@ -29,6 +29,7 @@ Pure: the caller hands in the lessons' vectors and terms.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -204,10 +205,15 @@ def _names_a_house(text: str, companies: set[str]) -> bool:
         if company in folded:
             return True
         first = company.split()[0]
-        as_name = re.compile(rf"(?<![\w-]){re.escape(first)}(?![\w-])", re.IGNORECASE)
-        if len(first) >= 4 and any(m.group(0)[:1].isupper() for m in as_name.finditer(text)):
+        if len(first) >= 4 and any(m.group(0)[:1].isupper() for m in _as_a_word(first).finditer(text)):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=512)
+def _as_a_word(word: str) -> re.Pattern[str]:
+    """`word` standing alone, in any case (compiled once: the same houses come back turn after turn)."""
+    return re.compile(rf"(?<![\w-]){re.escape(word)}(?![\w-])", re.IGNORECASE)
 
 
 def _is_company(term: str) -> bool:
