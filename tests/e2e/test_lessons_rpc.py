@@ -22,8 +22,9 @@ NO_LLM = {"MEMOS_BRIDGE_LEARNING__REWARD__FEEDBACK_WINDOW_S": "0", "MEMOS_BRIDGE
 HOUR = 3_600_000
 
 
-def attempt(client: ServiceClient, task: str, ts: int, answer: str) -> tuple[str, str]:
-    """One task in a session of its own: returns (episodeId, the text turn.start injected)."""
+def attempt(client: ServiceClient, task: str, ts: int, answer: str, read: str | None = None) -> tuple[str, str]:
+    """One task in a session of its own (its agent reads `read` first, when given): returns (episodeId, the text
+    turn.start injected)."""
     session = client.call("session.open", {"agent": AGENT})["sessionId"]
     started = client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": task, "ts": ts}, timeout=60)
     episode: str = started["query"]["episodeId"]
@@ -34,7 +35,14 @@ def attempt(client: ServiceClient, task: str, ts: int, answer: str) -> tuple[str
             "sessionId": session,
             "episodeId": episode,
             "agentText": f"Done: wrote result.json with {answer}.",
-            "toolCalls": [{"name": "write_file", "input": {"path": "result.json", "content": answer}, "output": "ok"}],
+            "toolCalls": [
+                *(
+                    [{"name": "read_file", "input": {"path": read}, "output": "ts,amount\n1700000000000,1250"}]
+                    if read
+                    else []
+                ),
+                {"name": "write_file", "input": {"path": "result.json", "content": answer}, "output": "ok"},
+            ],
             "ts": ts + 60_000,
         },
         timeout=60,
@@ -243,29 +251,6 @@ def test_a_clock_lesson_reaches_a_task_of_its_work_that_involves_time_and_not_on
     assert "UTC" not in timeless, timeless
 
 
-def _attempt_reading(client: ServiceClient, task: str, ts: int, read: str, answer: str) -> str:
-    """One task in a session of its own whose agent reads `read` before it answers: returns the episodeId."""
-    session = client.call("session.open", {"agent": AGENT})["sessionId"]
-    started = client.call("turn.start", {"agent": AGENT, "sessionId": session, "userText": task, "ts": ts}, timeout=60)
-    episode: str = started["query"]["episodeId"]
-    client.call(
-        "turn.end",
-        {
-            "agent": AGENT,
-            "sessionId": session,
-            "episodeId": episode,
-            "agentText": f"Done: wrote result.json with {answer}.",
-            "toolCalls": [
-                {"name": "read_file", "input": {"path": read}, "output": "ts,amount\n1700000000000,1250"},
-                {"name": "write_file", "input": {"path": "result.json", "content": answer}, "output": "ok"},
-            ],
-            "ts": ts + 60_000,
-        },
-        timeout=60,
-    )
-    return episode
-
-
 def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its_own(tmp_path: Path) -> None:
     """A rule learnt on one of a company's logs holds for its other logs, however much closer the work learnt on
     the other log is; a project whose requests are merely worded alike, on other input files, keeps its rules.
@@ -274,29 +259,29 @@ def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its
     env = {**NO_LLM, "MEMOS_BRIDGE_RETRIEVAL__EXPLAIN_LOG": str(explained)}
     with ServiceClient.spawn(tmp_path / "home", env=env) as client:
         ts = 1_700_000_000_000
-        door = _attempt_reading(
+        door, _ = attempt(
             client,
             "Ostrava Retail's door sensor log is door_log.csv. How many hours lie between its first and last entry? "
             "Write result.json",
             ts,
-            "door_log.csv",
             '{"hours": 412.5}',
+            read="door_log.csv",
         )
         correct(client, door, "The ts field counts milliseconds since 1970, not seconds; divide by 1000.", ts + 60_000)
-        till = _attempt_reading(
+        till, _ = attempt(
             client,
             "Ostrava Retail's till log is till_log.csv. What is the total of its amount field? Write result.json",
             ts + HOUR,
-            "till_log.csv",
             '{"total": 18250}',
+            read="till_log.csv",
         )
         correct(client, till, "The amount field is in cents, not crowns; divide it by 100.", ts + HOUR + 60_000)
-        visitors = _attempt_reading(
+        visitors, _ = attempt(
             client,
             "How many visits did the galleries record on Sunday? Write result.json",
             ts + 2 * HOUR,
-            "door_counts.csv",
             '{"visitors": 908}',
+            read="door_counts.csv",
         )
         correct(client, visitors, "Each visitor crosses the beam twice, in and out: halve the counts.", ts + 2 * HOUR)
         client.call("memory.flush", {})
@@ -306,12 +291,12 @@ def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its
             "Write result.json",
             ts + 5 * HOUR,
         )
-        clinic = _attempt_reading(
+        clinic, _ = attempt(
             client,
             "How many visits did the clinic record on Sunday, going by clinic_visits.csv? Write result.json",
             ts + 6 * HOUR,
-            "clinic_visits.csv",
             '{"visits": 57}',
+            read="clinic_visits.csv",
         )
         correct(client, clinic, "The check-in times are UTC and the clinic keeps UTC+10: add ten hours.", ts + 6 * HOUR)
         client.call("memory.flush", {})
