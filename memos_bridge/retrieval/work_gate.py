@@ -158,7 +158,7 @@ def _works(lessons: Sequence[LessonView]) -> list[int]:
                 and not _shared_file(inputs[i], inputs[j])
                 and similarity[a, b] < APART_SIMILARITY
             ):
-                continue  # learnt on other input files: alike requests of two projects ("how many visits …")
+                continue  # learnt on other input files: alike requests of two projects
             groups.join(i, j)
     for i in range(len(lessons)):
         for j in range(i + 1, len(lessons)):

@@ -75,7 +75,7 @@ _DEFINED_BEFORE: Final = re.compile(
 )
 #: A number that is a value found in the data, not a result: seen in it ("whenever you see 999", "a few days show
 #: 999", "rows with 999", "entries of 999", "the meter writes 999 when…"), or said right after it not to be a real
-#: value ("999 = probe fault, not a value", "999 is not a reading; the meter writes it when…", "999 — that's the
+#: value ("999 = sensor dropout, not a value", "999 is not a reading; the meter writes it when…", "999 — that's the
 #: sensor telling us it dropped out"). A result is said otherwise ("should be", "you got", "came to"); a value of
 #: the data that way is a marker the rule is about.
 _IN_DATA_BEFORE: Final = re.compile(

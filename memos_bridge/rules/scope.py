@@ -47,7 +47,7 @@ _QUANTITY: Final = {
 }
 _CURRENCY_SIGN: Final = re.compile(r"[€$£¥]")
 #: A calendar word or a time of day in words (dates and clock times are `rules.subjects.DATE_OR_TIME`), or a span
-#: of time a request counts records within ("during the shift", "within that promotion"); a bare "May" is left out:
+#: of time a request counts records within ("during the shift", "within the spring campaign"); a bare "May" is left out:
 #: it is as often the verb.
 _TEMPORAL_WORDS: Final = re.compile(
     r"\b\d{1,2}(?:st|nd|rd|th)\b|\b\d{1,2}\s?(?:am|pm)\b|"
@@ -55,7 +55,7 @@ _TEMPORAL_WORDS: Final = re.compile(
     r"p\.m\.|days?|daily|dates?|dated|weeks?|weekly|weekends?|weekdays?|months?|monthly|years?|yearly|annual|"
     r"today|yesterday|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)days?|january|february|march|april|june|"
     r"july|august|september|october|november|december|local\s+time|time\s+of\s+day|clock|quarters?|fiscal|"
-    r"fy\s?\d*|q[1-4]|when|during|periods?|durations?|shifts?|promotions?|campaigns?)\b|[点时日号天周月年]|星期|早上|"
+    r"fy\s?\d*|q[1-4]|when|during|periods?|durations?|shifts?|campaigns?)\b|[点时日号天周月年]|星期|早上|"
     r"上午|下午|晚上|凌晨|中午|期间|促销|活动期",
     re.IGNORECASE,
 )
