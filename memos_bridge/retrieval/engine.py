@@ -270,8 +270,8 @@ class _Loaded:
     sources: dict[str, list[str]] = field(default_factory=dict)
     # the summary vector of each roll-up episode's first step (its goal), by trace id
     goals: dict[str, np.ndarray] = field(default_factory=dict)
-    # what the subject gate decided for each candidate lesson or world model, and its text (`retrieval.explain`)
-    verdicts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # what the subject gate decided for each candidate lesson or world model, with it (`retrieval.explain`)
+    verdicts: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -722,7 +722,7 @@ class Retriever:
         # the work gate judges what a turn is given; a search someone asked for is judged by its words alone
         turn = plan.reason != "tool_driven"
         context = RequestContext(query_vec, visible.session_id if visible is not None else None) if turn else None
-        verdicts: dict[str, tuple[str, str]] = {}
+        verdicts: dict[str, tuple[str, Any]] = {}
         candidates = self._subject_gate(candidates, request, context, verdicts)
         steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
         trace_ids = [c.ref_id for c in candidates if c.kind == "trace"]
@@ -904,7 +904,7 @@ class Retriever:
         candidates: list[Candidate],
         request: str,
         context: RequestContext | None = None,
-        verdicts: dict[str, tuple[str, str]] | None = None,
+        verdicts: dict[str, tuple[str, Any]] | None = None,
     ) -> list[Candidate]:
         """A lesson (or a world model) is recalled for a request about its subject: one that names a term it is
         about (an identifier, a file it was learnt on, a unit), or whose meaning is close to it (vector cosine ≥
@@ -946,11 +946,11 @@ class Retriever:
             needed = floor
             if works is not None and cand.ref_id in works.judged:
                 if cand.ref_id not in works.kept:
-                    verdicts[cand.ref_id] = ("work", explain.text_of(payload))
+                    verdicts[cand.ref_id] = ("work", payload)
                 elif not _bears_on(payload, request, context):
-                    verdicts[cand.ref_id] = ("scope", explain.text_of(payload))
+                    verdicts[cand.ref_id] = ("scope", payload)
                 else:
-                    verdicts[cand.ref_id] = ("kept", explain.text_of(payload))
+                    verdicts[cand.ref_id] = ("kept", payload)
                     kept.append(cand)
                 continue
             if isinstance(payload, TraceSnippet | EpisodeSnippet):
@@ -980,10 +980,10 @@ class Retriever:
             lesson = isinstance(payload, ExperienceSnippet | WorldSnippet)
             if gated and _vector_score(cand) < needed:
                 if lesson:
-                    verdicts[cand.ref_id] = ("subject", explain.text_of(payload))
+                    verdicts[cand.ref_id] = ("subject", payload)
                 continue  # not about this request's subject: only a close match in meaning brings it
             if lesson:
-                verdicts[cand.ref_id] = ("kept", explain.text_of(payload))
+                verdicts[cand.ref_id] = ("kept", payload)
             kept.append(cand)
         return kept
 

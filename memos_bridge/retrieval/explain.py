@@ -35,16 +35,18 @@ def text_of(payload: Any) -> str:
 
 
 def append(
-    path: str, request: str, reason: str, verdicts: Mapping[str, tuple[str, str]], picked: Iterable[Any], block: str
+    path: str, request: str, reason: str, verdicts: Mapping[str, tuple[str, Any]], picked: Iterable[Any], block: str
 ) -> None:
-    """One line: the request, each judged candidate's verdict and text, whether ranking picked it, and the block."""
+    """One line: the request, each judged candidate's verdict and text, whether ranking picked it, and the block.
+    `verdicts` maps a candidate's id to its verdict and its payload; the texts are built here, only when the log
+    is on, not on every turn."""
     chosen = {str(getattr(c, "ref_id", "")) for c in picked}
     line = {
         "request": request,
         "reason": reason,
         "candidates": [
-            {"id": ref_id, "verdict": verdict, "picked": ref_id in chosen, "text": text}
-            for ref_id, (verdict, text) in verdicts.items()
+            {"id": ref_id, "verdict": verdict, "picked": ref_id in chosen, "text": text_of(payload)}
+            for ref_id, (verdict, payload) in verdicts.items()
         ],
         "block": block,
     }
