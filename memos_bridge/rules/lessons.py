@@ -553,10 +553,10 @@ def _with_referent(line: LessonLine, previous: str, context: InstanceContext) ->
         return line
     value = data_values[0]
     text = f"{line.text[: match.end()]} ({value.text}){line.text[match.end() :]}"
-    return replace(line, text=text, subject=subject_of(text, (*numbers_kept(line), value)))
+    return replace(line, text=text, subject=subject_of(text, (*_kept_numbers(line), value)))
 
 
-def numbers_kept(line: LessonLine) -> tuple[Number, ...]:
+def _kept_numbers(line: LessonLine) -> tuple[Number, ...]:
     """The numbers a lesson line keeps as its rule's parameters (those its subject records)."""
     return tuple(n for n in numbers(line.text) if number_key(n.value) in line.subject.numbers)
 
