@@ -721,7 +721,8 @@ class Retriever:
         candidates = self._identifier_gate(candidates, keywords)
         # the work gate judges what a turn is given; a search someone asked for is judged by its words alone
         turn = plan.reason != "tool_driven"
-        context = RequestContext(query_vec, visible.session_id if visible is not None else None) if turn else None
+        session = visible.session_id if visible is not None else None
+        context = RequestContext(query_vec, session, owner.workspace_id if owner else None) if turn else None
         verdicts: dict[str, tuple[str, Any]] = {}
         candidates = self._subject_gate(candidates, request, context, verdicts)
         steps = hotpath.episode_steps(db, self._rollup_episodes(candidates)) if rollups else {}
@@ -872,6 +873,7 @@ class Retriever:
                 instance=[str(phrase) for phrase in lesson.get("instance") or []],
                 answers=[str(answer) for answer in lesson.get("answers") or []],
                 source_episodes=[str(e) for e in row.source_episodes_json or []],
+                workspace=row.owner_workspace_id,
             )
         elif kind == "skill":
             guidance = (row.procedure_json or {}).get("decisionGuidance", {}) or {}
@@ -1215,10 +1217,12 @@ def _bears_on(payload: Any, request: str, context: RequestContext | None) -> boo
 
 @dataclass(frozen=True)
 class RequestContext:
-    """What a lesson's contexts are compared with: the request's unit vector and the session it came in."""
+    """What a lesson's contexts are compared with: the request's unit vector, the session it came in and the
+    project workspace it acts in (None: profile-wide)."""
 
     vector: np.ndarray | None
     session_id: str | None = None
+    workspace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1244,9 +1248,10 @@ def _lessons_of_the_work(
             and payload.experience_type not in TASK_RECORD_TYPES
         ):
             named = _about(payload, request, files, words=False)
+            own_project = context.workspace is not None and payload.workspace == context.workspace
             views.append(
                 work_gate.LessonView(
-                    cand.ref_id, payload.contexts, payload.terms, payload.sessions, named, payload.inputs
+                    cand.ref_id, payload.contexts, payload.terms, payload.sessions, named, payload.inputs, own_project
                 )
             )
     if not views:

@@ -111,6 +111,8 @@ class ExperienceSnippet:
     instance: list[str] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     source_episodes: list[str] = field(default_factory=list)
+    #: the project workspace the lesson was learnt in (None: learnt profile-wide)
+    workspace: str | None = None
 
 
 @dataclass

@@ -22,7 +22,11 @@ look-alike request of another project does not bring that project's lessons. On 
   `NAMED_SIMILARITY` close to its work and that work is not far below the closest (`NAMED_MARGIN`);
 * a lesson whose work names the company the request names is a convention of that house, which holds for all of
   its files: it comes back at `NAMED_SIMILARITY`, however much closer another of the house's works is (a rule
-  learnt on one of its logs is the rule of its other logs; the margin would keep only the closest log's).
+  learnt on one of its logs is the rule of its other logs; the margin would keep only the closest log's);
+* a lesson learnt in the project workspace the request acts in (a host that names its project folder, as the MCP
+  server and the hooks do) is that project's convention: the workspace has already told whose lesson it is, so
+  it comes back at `PROJECT_SIMILARITY`, whichever of the project's files either was about. Which of the
+  project's lessons bear on the task is left to the scope gate and the ranking.
 
 Pure: the caller hands in the lessons' vectors and terms.
 """
@@ -57,6 +61,9 @@ APART_SIMILARITY: Final = 0.7
 #: Two lessons whose episodes read a file of the same name are of one work when their requests are at least this
 #: close (one project's tasks on its file; another project's file of the same name is asked about in other words).
 INPUT_WORK_SIMILARITY: Final = 0.45
+#: A lesson of the request's own project workspace comes back at this closeness (a floor against requests that
+#: are about something else entirely: a project's tasks on its different files measured 0.3–0.6 on dev).
+PROJECT_SIMILARITY: Final = 0.25
 
 
 @dataclass
@@ -71,6 +78,8 @@ class LessonView:
     named: bool = False
     #: the files the episodes it was learnt on worked on (read by their tool calls)
     inputs: list[str] = field(default_factory=list)
+    #: whether it was learnt in the project workspace the request acts in
+    project: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,10 @@ def select(lessons: Sequence[LessonView], request: RequestView) -> set[str]:
         this_session = bool(request.session_id) and request.session_id in lesson.sessions
         if this_session and close >= SESSION_SIMILARITY:
             kept.add(lesson.ref_id)
+            continue
+        if lesson.project:
+            if close >= PROJECT_SIMILARITY:
+                kept.add(lesson.ref_id)
             continue
         if anchored and not _files(lesson.terms) and works[index] not in anchored:
             continue  # the request names its files, and they are another work's than this nameless lesson's

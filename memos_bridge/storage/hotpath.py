@@ -78,6 +78,7 @@ HYDRATED_COLUMNS: dict[str, tuple[str, ...]] = {
         "decision_guidance_json",
         "lesson_json",
         "source_episodes_json",
+        "owner_workspace_id",
         "salience",
         "confidence",
         "gain",

@@ -118,3 +118,14 @@ def test_alike_requests_of_lessons_learnt_on_other_input_files_join_only_when_cl
     assert select([own, other], request) == {"po_own"}
     sibling = LessonView("po_sibling", [unit(0.45, 0.5, 0.74)], inputs=["clinic_visits.csv"])
     assert select([own, sibling], request) == {"po_own", "po_sibling"}  # the same file: one work
+
+
+def test_a_lesson_of_the_requests_own_project_comes_back_for_its_other_files() -> None:
+    request = RequestView(unit(1, 0, 0), "Sum the stock issued in issues.csv", files=["issues.csv"])
+    loose = unit(0.4, 0.917, 0)  # 0.40 from the request: a sibling task of the project on another of its files
+    lesson = LessonView("po_p", [loose], terms=["tickets.csv"], inputs=["tickets.csv"])
+    assert select([lesson], request) == set()  # profile-wide: another file, far from the request
+    mine = LessonView("po_p", [loose], terms=["tickets.csv"], inputs=["tickets.csv"], project=True)
+    assert select([mine], request) == {"po_p"}
+    far = LessonView("po_far", [unit(0.2, 0.98, 0)], project=True)  # about something else entirely
+    assert select([mine, far], request) == {"po_p"}
