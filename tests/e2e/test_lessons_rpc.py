@@ -312,3 +312,55 @@ def test_a_house_rule_reaches_its_other_files_and_a_look_alike_project_keeps_its
     verdicts = {c["text"].split(":")[0]: (c["verdict"], c["picked"]) for c in last["candidates"]}
     assert verdicts["The check-in times are UTC and the clinic keeps UTC+10"] == ("kept", True), verdicts
     assert verdicts["Each visitor crosses the beam twice"] == ("work", False), verdicts
+
+
+def test_in_a_project_workspace_a_convention_reaches_the_projects_other_files_and_taught_again_merges(
+    tmp_path: Path,
+) -> None:
+    """A host that names its project folder (the MCP server and the hooks do) has told the service whose lessons
+    are whose: a convention learnt on one of the project's files comes back for a differently worded task on
+    another, and taught again there in other words it strengthens the one experience. Profile-wide, the same two
+    tasks are two works: the lesson stays with its file."""
+
+    def run(namespace: dict[str, str] | None) -> tuple[str, list[dict[str, Any]]]:
+        home = tmp_path / ("project" if namespace else "profile")
+        with ServiceClient.spawn(home, env=NO_LLM) as client:
+
+            opened = {"agent": AGENT, **({"namespace": namespace} if namespace else {})}
+
+            def task(text: str, ts: int, answer: str, read: str) -> tuple[str, str]:
+                session = client.call("session.open", opened)["sessionId"]
+                started = client.call(
+                    "turn.start", {"agent": AGENT, "sessionId": session, "userText": text, "ts": ts}, timeout=60
+                )
+                episode = started["query"]["episodeId"]
+                calls = [
+                    {"name": "read_file", "input": {"path": read}, "output": "id,value\nA-1,4\nA-2-V,9"},
+                    {"name": "write_file", "input": {"path": "result.json", "content": answer}, "output": "ok"},
+                ]
+                end = {"agent": AGENT, "sessionId": session, "episodeId": episode, "toolCalls": calls}
+                client.call("turn.end", {**end, "agentText": f"Wrote {answer}.", "ts": ts + 60_000}, timeout=60)
+                return episode, str(started.get("injectedContext") or "")
+
+            ts = 1_700_000_000_000
+            first, _ = task("How many open tickets are there in tickets.csv? Write result.json", ts, "12", "tickets.csv")
+            correct(client, first, "Records whose id ends in -V are void: leave them out of every count.", ts + HOUR)
+            client.call("memory.flush", {})
+            second, injected = task(
+                "Give me the number of gauges that read above the limit, from gauges.csv, in result.json",
+                ts + 3 * HOUR,
+                "7",
+                "gauges.csv",
+            )
+            correct(client, second, "Rows with an id ending in -V were voided, so skip them.", ts + 4 * HOUR)
+            client.call("memory.flush", {})
+            reader = client.call("session.open", opened)["sessionId"]  # reads the namespace its session acts in
+            listed = client.call("memory.list_policies", {"limit": 100, "sessionId": reader})
+        return injected, [p for p in listed["policies"] if p["inducedBy"] == "feedback.experience"]
+
+    project_block, project_lessons = run({"agentKind": AGENT, "profileId": "default", "workspaceId": "depot"})
+    profile_block, profile_lessons = run(None)
+    assert "-V" in project_block, project_block
+    assert "-V" not in profile_block, profile_block
+    assert len(project_lessons) == 1 and project_lessons[0]["support"] == 2, project_lessons
+    assert len(profile_lessons) == 2, profile_lessons

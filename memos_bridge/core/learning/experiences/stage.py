@@ -225,13 +225,17 @@ async def _refine(
 # ---------------------------------------------------------------- finding the experience to update
 
 
-def same_convention(draft: ExperienceDraft, row: Any, cosine: float, task: np.ndarray | None = None) -> bool:
+def same_convention(
+    draft: ExperienceDraft, row: Any, cosine: float, task: np.ndarray | None = None, *, project: bool = False
+) -> bool:
     """Whether `draft` teaches the convention the stored experience `row` holds (module docstring, step 3).
 
     The two were learnt on the same work when they name a file in common, or when the request `draft` was learnt
     on (`task`, its unit vector) is close to one the stored lesson keeps (`rules.work`); when it is not, and no
     file is shared, they never merge ("the clock is UTC" on two projects is two lessons). A stored lesson with
-    neither terms nor contexts (an old record) is taken to share the work, as before contexts were kept."""
+    neither terms nor contexts (an old record) is taken to share the work, as before contexts were kept. With
+    `project` (both learnt in one project workspace, which a host named) they are of one work whatever files
+    either was learnt on: a project's convention taught again on another of its files is the same convention."""
     if not may_merge(row.experience_type, draft.experience_type):
         return False
     stored = store.row_subject(row)
@@ -243,7 +247,7 @@ def same_convention(draft: ExperienceDraft, row: Any, cosine: float, task: np.nd
     contexts = [v for v in (vector_from_text(str(c)) for c in record.get("contexts") or []) if v is not None]
     close = closeness(task, contexts)
     mine_inputs, their_inputs = _inputs(draft.terms), _inputs(theirs)
-    shared_inputs = same_inputs(mine_inputs, their_inputs)
+    shared_inputs = project or same_inputs(mine_inputs, their_inputs)
     if mine_inputs and their_inputs and not shared_inputs:
         return False  # learnt on other files or for another company: other work, however alike the requests
     # Requests less alike: the same work only when the two lessons share what no other work would (a value of
@@ -310,7 +314,7 @@ async def _merge_target(
         if score is None:
             other = vectors.get(policy_id)
             score = float(np.dot(other, vec)) if other is not None and vec is not None else 0.0
-        if same_convention(draft, row, score, task):
+        if same_convention(draft, row, score, task, project=state.owner.workspace_id is not None):
             return policy_id
     return None
 
