@@ -21,7 +21,7 @@ from typing import Any
 
 from lessons.agent_eval import ARMS, AgentSettings, ArmRun, Attempt, learnable, run_arm
 from lessons.corpus import SPLITS, Family, load_corpus
-from lessons.evaluate import SESSIONS
+from lessons.evaluate import NAMESPACES, SESSIONS
 from skillflow.runner import served_model
 
 
@@ -108,6 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="task",
         help="task: a session per task, hours apart; family: one session per family, tasks minutes apart",
     )
+    parser.add_argument(
+        "--namespaces",
+        choices=NAMESPACES,
+        default="shared",
+        help="shared: every family in one namespace; family: each family in a workspace of its own, as the MCP "
+        "server and hooks keep one per project",
+    )
     parser.add_argument("--seed", type=int, default=AgentSettings.seed, help="the model's sampling seed")
     parser.add_argument(
         "--temperature", type=float, default=AgentSettings.temperature, help="first attempt's temperature"
@@ -134,7 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 plan.append((arm, "full" if args.render == "full" else "compact"))
         for arm, render in plan:
-            run = run_arm(arm, families, settings, render=render, progress=_progress, sessions=args.sessions)
+            run = run_arm(
+                arm,
+                families,
+                settings,
+                render=render,
+                progress=_progress,
+                sessions=args.sessions,
+                namespaces=args.namespaces,
+            )
             if arm == "service" and render == "full" and args.render == "both":
                 run.arm = "service-full"
                 for attempt in run.attempts:

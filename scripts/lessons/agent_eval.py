@@ -205,9 +205,12 @@ def run_arm(
     progress: Callable[[str], None] | None = None,
     service_env: dict[str, str] | None = None,
     sessions: str = "task",
+    namespaces: str = "shared",
 ) -> ArmRun:
-    """Every family's tasks in order with one memory arm (module docstring). `sessions` as in the rule evaluation
-    (`lessons.evaluate.SESSIONS`); a retry runs in the session of the task it retries, minutes after it."""
+    """Every family's tasks in order with one memory arm (module docstring). `sessions` and `namespaces` as in the
+    rule evaluation (`lessons.evaluate.SESSIONS`, `NAMESPACES`: `family` opens each family's sessions in a
+    workspace of its own, as the MCP server and the hooks keep one per project folder); a retry runs in the
+    session of the task it retries, minutes after it."""
     started = time.perf_counter()
     out = ArmRun(arm)
     http = httpx.Client(base_url=settings.base_url.rstrip("/") + "/", timeout=settings.timeout_s)
@@ -219,6 +222,7 @@ def run_arm(
             service = ServiceClient.spawn(scratch / "home", env={**SERVICE_ENV, **(service_env or {})}, stderr=log)
         ts = 1_700_000_000_000
         seen: list[tuple[Family, Task, set[str]]] = []  # earlier tasks and the values their attempts produced
+        opened: set[str] = set()
         for family in families:
             pasted: list[str] = []
             ts += 3 * 3_600_000
@@ -230,6 +234,10 @@ def run_arm(
                 memory = ""
                 episode = ""
                 session = session_id(family, task, sessions)
+                if service is not None and namespaces == "family" and session not in opened:
+                    space = {"agentKind": AGENT, "profileId": "default", "workspaceId": family.name}
+                    service.call("session.open", {"agent": AGENT, "sessionId": session, "namespace": space})
+                    opened.add(session)
                 if arm == "naive":
                     memory = "\n".join(f"- {text}" for text in pasted)
                 elif arm == "oracle":
@@ -238,7 +246,7 @@ def run_arm(
                     result = service.call(
                         "turn.start",
                         {
-                            "agent": "lessons-agent",
+                            "agent": AGENT,
                             "sessionId": session,
                             "userText": task.prompt,
                             "ts": ts,
@@ -285,6 +293,10 @@ def run_arm(
         shutil.rmtree(scratch, ignore_errors=True)
     out.wall_s = round(time.perf_counter() - started, 1)
     return out
+
+
+#: The agent kind the service arm's turns are recorded under.
+AGENT = "lessons-agent"
 
 
 def _attempt_values(trial: dict[str, Any]) -> set[str]:
@@ -339,7 +351,7 @@ def _teach(
     ended = service.call(
         "turn.end",
         {
-            "agent": "lessons-agent",
+            "agent": AGENT,
             "sessionId": session,
             "episodeId": episode,
             "agentText": f"Done: wrote {task.output} with {answer}.",
