@@ -38,6 +38,9 @@ class AdapterConfig:
     idle_close_s: float = 60.0
     max_injected_chars: int = 6000
     agent: str = "hermes"
+    #: a project workspace for this profile's memories (None: profile-wide); lessons learnt in a workspace are
+    #: that project's and come back for its other files and tasks (docs/retrieval.md, the work gate)
+    workspace: str | None = None
 
     @property
     def runtime_key(self) -> str:
@@ -88,6 +91,7 @@ def load_config(
         "MEMOS_HERMES_WRITE_TIMEOUT_S": "write_timeout_s",
         "MEMOS_HERMES_KEEPALIVE_S": "keepalive_s",
         "MEMOS_HERMES_IDLE_CLOSE_S": "idle_close_s",
+        "MEMOS_HERMES_WORKSPACE": "workspace",
     }
     for variable, key in mapping.items():
         if environ.get(variable):
@@ -105,6 +109,7 @@ def load_config(
         idle_close_s=max(_float(values.get("idle_close_s"), 60.0), 0.0),
         max_injected_chars=int(_float(values.get("max_injected_chars"), 6000)),
         agent=str(values.get("agent") or "hermes"),
+        workspace=str(values["workspace"]).strip()[:200] or None if values.get("workspace") else None,
     )
 
 
@@ -131,6 +136,12 @@ CONFIG_SCHEMA: list[dict[str, Any]] = [
         "description": f"longest wait for recall before a turn, seconds (≤ {MAX_PREFETCH_S:g}; Hermes gives up at 8)",
         "required": False,
         "default": "3.0",
+    },
+    {
+        "key": "workspace",
+        "description": "a project workspace id for this profile's memories (its lessons are one project's and come "
+        "back for the project's other files); empty = profile-wide",
+        "required": False,
     },
 ]
 

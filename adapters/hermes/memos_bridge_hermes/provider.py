@@ -189,7 +189,11 @@ class MemosBridgeProvider(MemoryProvider):  # type: ignore[misc]  # hermes-agent
             self._session_id = session_id
             self._agent_context = str(kwargs.get("agent_context") or "primary")
             self._platform = str(kwargs.get("platform") or "cli")
-            self._namespace = {"agentKind": "hermes", "profileId": str(identity)}
+            self._namespace = {
+                "agentKind": "hermes",
+                "profileId": str(identity),
+                **({"workspaceId": config.workspace} if config.workspace else {}),
+            }
             self._meta = {
                 "host": "hermes",
                 "platform": self._platform,

@@ -221,6 +221,21 @@ def test_delegation_is_recorded_on_its_step(hermes: tuple[Path, StubHostModel]) 
     manager.shutdown_all()
 
 
+def test_a_named_workspace_keeps_the_profiles_turns_in_that_project(
+    hermes: tuple[Path, StubHostModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMOS_HERMES_WORKSPACE", "site-tools")
+    manager, provider = _manager("hermes-project")
+    _turn(manager, provider, 1, TASK, REPLY)
+    client = _client(provider)
+    project = {"agentKind": "hermes", "profileId": "default", "workspaceId": "site-tools"}
+    [episode] = client.memory_list_episodes(session_id="hermes-project")["episodes"]
+    assert episode["id"] in {e["id"] for e in client.memory_list_episodes(namespace=project)["episodes"]}
+    profile_wide = {"agentKind": "hermes", "profileId": "default"}
+    assert episode["id"] not in {e["id"] for e in client.memory_list_episodes(namespace=profile_wide)["episodes"]}
+    manager.shutdown_all()
+
+
 def test_non_primary_contexts_read_but_never_write(hermes: tuple[Path, StubHostModel]) -> None:
     manager, provider = _manager("hermes-subagent", context="subagent")
     manager.on_turn_start(1, TASK)

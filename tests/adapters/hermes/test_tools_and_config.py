@@ -92,3 +92,7 @@ def test_settings_precedence_and_bounds(tmp_path: Path) -> None:
     tcp = load_config(tmp_path, env={"MEMOS_HERMES_TCP": "127.0.0.1:18911", "MEMOS_BRIDGE_TOKEN": "t"})
     assert tcp.tcp_address() == ("127.0.0.1", 18911) and tcp.token == "t"
     assert tcp.runtime_key == "tcp://127.0.0.1:18911"
+    assert default.workspace is None  # profile-wide unless a project is named
+    save_config({"workspace": "site-tools"}, tmp_path)
+    assert load_config(tmp_path, env={}).workspace == "site-tools"
+    assert load_config(tmp_path, env={"MEMOS_HERMES_WORKSPACE": "billing"}).workspace == "billing"
