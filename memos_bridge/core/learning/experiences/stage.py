@@ -234,8 +234,10 @@ def same_convention(
     on (`task`, its unit vector) is close to one the stored lesson keeps (`rules.work`); when it is not, and no
     file is shared, they never merge ("the clock is UTC" on two projects is two lessons). A stored lesson with
     neither terms nor contexts (an old record) is taken to share the work, as before contexts were kept. With
-    `project` (both learnt in one project workspace, which a host named) they are of one work whatever files
-    either was learnt on: a project's convention taught again on another of its files is the same convention."""
+    `project` (both learnt in one project workspace, which a host named) other files do not keep them apart, and
+    requests in other words need only a particular in common (a sentinel, a code, a field): a project's
+    convention taught again on another of its files is the same convention, and two of its conventions that share
+    no particular stay two."""
     if not may_merge(row.experience_type, draft.experience_type):
         return False
     stored = store.row_subject(row)
@@ -247,14 +249,15 @@ def same_convention(
     contexts = [v for v in (vector_from_text(str(c)) for c in record.get("contexts") or []) if v is not None]
     close = closeness(task, contexts)
     mine_inputs, their_inputs = _inputs(draft.terms), _inputs(theirs)
-    shared_inputs = project or same_inputs(mine_inputs, their_inputs)
-    if mine_inputs and their_inputs and not shared_inputs:
+    shared_inputs = same_inputs(mine_inputs, their_inputs)
+    if mine_inputs and their_inputs and not shared_inputs and not project:
         return False  # learnt on other files or for another company: other work, however alike the requests
     # Requests less alike: the same work only when the two lessons share what no other work would (a value of
-    # three or more digits such as a sentinel, a code such as a marker) and the requests are still related; a
-    # look-alike rule of other work ("the clock is UTC") is that work's own.
+    # three or more digits such as a sentinel, a code such as a marker) and the requests are still related (in one
+    # project, its tasks on other files are asked in other words: the particular alone); a look-alike rule of
+    # other work ("the clock is UTC") is that work's own.
     if close is not None and close < SAME_WORK_SIMILARITY and not shared_inputs:
-        related = close >= RELATED_WORK_SIMILARITY and _shared_particulars(draft.subject, stored)
+        related = (project or close >= RELATED_WORK_SIMILARITY) and _shared_particulars(draft.subject, stored)
         if not related:
             return False
     same_context = shared_inputs or close is not None or (not theirs and not contexts)
