@@ -497,8 +497,9 @@ _DANGLING: Final = re.compile(
 )
 
 
-#: A Chinese clause that ends where its value stood: "…平均是", "…总额是", "…应该为".
-_ZH_RESULT_END: Final = re.compile(r"[\u4e00-\u9fff](?:应该|应当|应)?(?:是|为|等于|就是)\s*$")
+#: A Chinese clause that ends where its value stood: "…平均是", "…总额是", "…应该为"; or a verb done with "了"
+#: whose object was the value ("…一共卖了 <N> 件"): what an attempt did or came to, not a rule.
+_ZH_RESULT_END: Final = re.compile(r"[\u4e00-\u9fff](?:(?:应该|应当|应)?(?:是|为|等于|就是)|了)\s*$")
 
 
 def _strip_phrase(clause: str, number: Number, offset: int) -> str:

@@ -206,7 +206,8 @@ _CONSEQUENCE: Final = re.compile(
     re.IGNORECASE,
 )
 #: A closing clause that states what a computation comes to, a value or a name and nothing after it ("Summing the
-#: real rows gives 4,120.", "…, which puts Ashgrove Court first."): the expected answer of this task, not a rule.
+#: real rows gives 4,120.", "…, which puts Ashgrove Court first.", "…, so the last lorry left at 17:05."): the
+#: expected answer of this task, not a rule.
 #: (A code in capitals, "gives JST", is a zone, a currency or a unit a rule names, and stays.)
 _RESULT_VALUE: Final = r"(?:-?\d[\d.,]*%?|[^\s,;.。]*\d[^\s,;。]*|(?:the\s+)?[A-Z][a-z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
 _RESULT: Final = re.compile(
@@ -214,7 +215,11 @@ _RESULT: Final = re.compile(
     r"(?:to|as|at)|lands?\s+(?:on|at)|results?\s+in)\s+|(?<=and\s)(?:the\s+|its\s+|your\s+)?(?:[\w-]+\s+){0,2}?"
     r"(?:averages?|totals?|sums?\s+to|comes?\s+to|becomes?|is|are)\s+)(?:about\s+|roughly\s+|around\s+|exactly\s+|"
     rf"just\s+)?(?P<what>{_RESULT_VALUE})(?:,\s*(?:which|that)\b[^.!?。]*)?\s*[.!。]?\s*$|"
-    rf",?\s+(?:(?:which|that|this)\s+)?puts?\s+(?P<first>{_RESULT_VALUE})\s+(?:first|on\s+top|ahead)\s*[.!。]?\s*$"
+    rf",?\s+(?:(?:which|that|this)\s+)?puts?\s+(?P<first>{_RESULT_VALUE})\s+(?:first|on\s+top|ahead)\s*[.!。]?\s*$|"
+    # "…, so the last lorry left at 17:05 local": what happened in this task's data, told in the past tense
+    r",?\s+so\s+(?:the|a|an|your|its|their)\s+(?:[\w'-]+\s+){0,4}?(?:was|were|came(?:\s+in)?|went|left|finished|"
+    r"arrived|ended|started|closed|opened|reached|hit|fell|rose|got|had)\s+(?:in\s+|at\s+|on\s+|to\s+|by\s+)?"
+    rf"(?:about\s+|around\s+|roughly\s+|exactly\s+|just\s+)?(?P<past>{_RESULT_VALUE})(?:\s+[a-z]+)?\s*[.!。]?\s*$"
 )
 #: A sentence whose subject is the agent ("You summed…", "Your total…", "你把…"): about this attempt.
 _ABOUT_ATTEMPT: Final = re.compile(
@@ -284,7 +289,7 @@ def sentences(text: str) -> list[str]:
 
 #: What a person puts before a lesson that is not the lesson: an interjection or a verdict word ("Close, but",
 #: "Almost there though:", "Hmm —"), a counted lead-in ("One problem though:", "Two things:", "有个问题："), a
-#: reminder of earlier feedback ("Same issue as before —"), an ordinal ("Second,", "第二，").
+#: reminder of earlier feedback ("Same issue as before —", "Again:", "再说一遍："), an ordinal ("Second,", "第二，").
 _WRAPPER: Final = re.compile(
     r"^\W*(?:(?:close|almost|nearly|not\s+quite|so\s+close|good|great|nice|thanks|thank\s+you|ok(?:ay)?|hmm+|right|"
     r"yes|no|nope|sorry|well|oh|ah|alright|careful|whoa|wait|also|plus|and|but|however|though|still|btw|"
@@ -293,9 +298,12 @@ _WRAPPER: Final = re.compile(
     r"(?:(?:small|minor|tiny|little|last|other|more|big|real)\s+)?(?:problem|issue|thing|catch|note|nit|point|detail|"
     r"correction|fix|mistake|gotcha)s?(?:\s+(?:though|however|here|left|remains))?\s*[:：,—–-]+\s*|"
     r"same\s+(?:problem|thing|issue|mistake|story)\s+as\s+(?:before|last\s+time|earlier)\s*[,:：—–-]+\s*|"
+    r"(?:as\s+i\s+said(?:\s+(?:before|earlier))?|like\s+i\s+said|once\s+more|again|to\s+repeat|"
+    r"i(?:'ll|\s+will)\s+say\s+it\s+again)\s*[,:：—–-]+\s*|"
     r"(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|finally|lastly|also|and\s+also)\s*[,:]\s+)+|"
     r"^(?:(?:不过|但是|但|另外|还有|而且|首先|其次|第[一二三四]|最后|注意|提醒一下|有(?:个|一个|两个|几个)问题|"
-    r"[两几一]个问题|问题是|还是|又|对了)[，,：:、]?\s*)+",
+    r"[两几一]个问题|问题是|还是|又|对了|(?:我)?再说一(?:遍|次)|再强调一(?:遍|次)|再次提醒|(?:我)?(?:之前|上次)(?:也)?说过)"
+    r"[，,：:、]?\s*)+",
     re.IGNORECASE,
 )
 #: A conjunction left at the head once the wrapper is gone ("…, but the export is in UTC").
@@ -565,10 +573,19 @@ def _kept_numbers(line: LessonLine) -> tuple[Number, ...]:
 _CAUSE: Final = re.compile(r"\b(?:because|since|due\s+to\s+the\s+fact\s+that)\s+|(?:因为|由于)", re.IGNORECASE)
 
 
+#: "You read the raw values, but the meter logs tenths", "你直接加了，但是重量是磅".
+_CONTRAST: Final = re.compile(r",?\s+but\s+|[，,]\s*(?:但是|但|可是|不过)", re.IGNORECASE)
+
+
 def _with_cause(sentence: str, context: InstanceContext) -> list[str]:
     """A verdict that gives its cause is two sentences: the verdict, and the cause, which may be the lesson
-    ("A third of the rows didn't line up because the depot trims trailing spaces")."""
+    ("A third of the rows didn't line up because the depot trims trailing spaces"); so is an account of the attempt
+    turned by "but" ("You took the raw clock values, but the clock runs on UTC")."""
     match = _CAUSE.search(sentence)
+    if match is None:
+        match = _CONTRAST.search(sentence)
+        if match is not None and _POINTS_BACK.match(sentence[match.end() :]):
+            return [sentence]  # "…, but those are real sales": the rest needs the attempt it points back to
     if match is None or match.start() == 0:
         return [sentence]
     head, cause = sentence[: match.start()].rstrip(" ,，"), sentence[match.end() :].strip()
@@ -579,7 +596,8 @@ def _with_cause(sentence: str, context: InstanceContext) -> list[str]:
     ):
         return [sentence]
     ending = "。" if re.search(f"[{CJK_CHARS}]", cause[-1:]) else "."
-    cause = cause[:1].upper() + cause[1:]
+    if not re.search(f"[{CJK_CHARS}]", cause) and re.match(r"[a-z]+\b(?![_.-]\w)", cause):
+        cause = cause[:1].upper() + cause[1:]  # a sentence of its own; a field name (`weight_kg`, 中文 text) stays
     return [head + ending, cause if re.search(r"[.!?。！？]$", cause) else cause + ending]
 
 
@@ -594,7 +612,9 @@ def _read_sentence(sentence: str, context: InstanceContext) -> LessonLine:
     # what the computation comes to ("… and the mean is 412.5") goes before the instance filter reads the rest
     result = _RESULT.search(body)
     outcome_said = (
-        result is not None and result.start() > 0 and not units(result.group("what") or result.group("first"))
+        result is not None
+        and result.start() > 0
+        and not units(result.group("what") or result.group("first") or result.group("past"))
     )
     if result is not None and outcome_said:
         body = body[: result.start()].rstrip(" ,") + "."

@@ -103,6 +103,10 @@ def test_an_answer_value_is_still_taken_out() -> None:
         ("Same issue as before — the stamps are UTC.", "The stamps are UTC."),
         ("Second, sizes are in KiB.", "Sizes are in KiB."),
         ("两个问题：编号不区分大小写。", "编号不区分大小写。"),
+        ("Again: sizes are in KiB.", "Sizes are in KiB."),
+        ("As I said before, the stamps are UTC.", "The stamps are UTC."),
+        ("再说一遍：编号不区分大小写。", "编号不区分大小写。"),
+        ("Again the stamps are UTC.", "Again the stamps are UTC."),  # no pause after it: part of the sentence
         ("No rows with a hold flag are pruned.", "No rows with a hold flag are pruned."),  # a rule, not a wrapper
     ],
 )

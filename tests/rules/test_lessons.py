@@ -450,3 +450,31 @@ def test_a_number_written_against_chinese_characters_is_read_as_a_number() -> No
     context = InstanceContext.build(expected={"crates": 347.5}, actual={"crates": 28.9})
     reading = read_feedback("每托盘记的是打数，要乘以12。那批大约是347箱。", context)
     assert [line.text for line in reading.lessons] == ["每托盘记的是打数，要乘以12。"]
+
+
+def test_a_chinese_clause_whose_done_verb_lost_its_value_goes_with_it() -> None:
+    context = InstanceContext.build(expected={"kwh": 41.2}, actual={"kwh": 412.0})
+    reading = read_feedback("西楼三天不可能用了 412 度电。kwh 这一列是十分之一度，要除以 10。", context)
+    assert [line.text for line in reading.lessons] == ["kwh 这一列是十分之一度，要除以 10。"]
+
+
+def test_an_account_of_the_attempt_turned_by_but_leaves_the_rule_after_it() -> None:
+    context = InstanceContext.build(actual={"last_dispatch": "09:12"})
+    reading = read_feedback("You gave the raw stamp, 09:12, but the dock clock runs on UTC.", context)
+    assert [(line.text, line.role) for line in reading.lessons] == [("The dock clock runs on UTC.", "convention")]
+    zh = read_feedback("你直接把读数加起来了，但是 load 这一列是十分之一吨。", context)
+    assert [line.text for line in zh.lessons] == ["load 这一列是十分之一吨。"]  # a field name keeps its case
+    pointing = read_feedback("You skipped every row with a VOID- code, but those are real sales.", context)
+    assert [line.text for line in pointing.lessons] == [
+        "You skipped every row with a VOID- code, but those are real sales."
+    ]
+
+
+def test_what_happened_in_the_tasks_data_after_so_is_its_answer_not_the_rule() -> None:
+    context = InstanceContext.build(actual={"last_dispatch": "09:12"})
+    (line,) = read_feedback(
+        "Local time is three hours ahead (UTC+3), so the last van left at 12:12 local.", context
+    ).lessons
+    assert line.text == "Local time is three hours ahead (UTC+3)."
+    (rule,) = read_feedback("The dock clock is UTC+3, so the shift starts at 03:00 UTC.", context).lessons
+    assert "03:00" in rule.text  # a present-tense consequence is part of the convention
