@@ -585,7 +585,7 @@ def _with_cause(sentence: str, context: InstanceContext) -> list[str]:
     if match is None:
         match = _CONTRAST.search(sentence)
         if match is not None and _POINTS_BACK.match(sentence[match.end() :]):
-            return [sentence]  # "…, but those are real sales": the rest needs the attempt it points back to
+            return [sentence]  # "…, but those lines are genuine orders": the rest needs the attempt it points back to
     if match is None or match.start() == 0:
         return [sentence]
     head, cause = sentence[: match.start()].rstrip(" ,，"), sentence[match.end() :].strip()

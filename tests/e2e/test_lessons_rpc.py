@@ -325,7 +325,6 @@ def test_in_a_project_workspace_a_convention_reaches_the_projects_other_files_an
     def run(namespace: dict[str, str] | None) -> tuple[str, list[dict[str, Any]]]:
         home = tmp_path / ("project" if namespace else "profile")
         with ServiceClient.spawn(home, env=NO_LLM) as client:
-
             opened = {"agent": AGENT, **({"namespace": namespace} if namespace else {})}
 
             def task(text: str, ts: int, answer: str, read: str) -> tuple[str, str]:
@@ -343,8 +342,15 @@ def test_in_a_project_workspace_a_convention_reaches_the_projects_other_files_an
                 return episode, str(started.get("injectedContext") or "")
 
             ts = 1_700_000_000_000
-            first, _ = task("How many open tickets are there in tickets.csv? Write result.json", ts, "12", "tickets.csv")
-            correct(client, first, "Records whose id ends in -V are void: leave them out of every count.", ts + HOUR)
+            first, _ = task(
+                "How many open tickets are there in tickets.csv? Write result.json", ts, "12", "tickets.csv"
+            )
+            correct(
+                client,
+                first,
+                "Rows whose code carries a -V suffix are withdrawn: drop them from every tally.",
+                ts + HOUR,
+            )
             client.call("memory.flush", {})
             second, injected = task(
                 "Give me the number of gauges that read above the limit, from gauges.csv, in result.json",
@@ -352,7 +358,7 @@ def test_in_a_project_workspace_a_convention_reaches_the_projects_other_files_an
                 "7",
                 "gauges.csv",
             )
-            correct(client, second, "Rows with an id ending in -V were voided, so skip them.", ts + 4 * HOUR)
+            correct(client, second, "Rows with a -V code were withdrawn, so skip them.", ts + 4 * HOUR)
             client.call("memory.flush", {})
             reader = client.call("session.open", opened)["sessionId"]  # reads the namespace its session acts in
             listed = client.call("memory.list_policies", {"limit": 100, "sessionId": reader})

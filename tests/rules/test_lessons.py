@@ -196,9 +196,9 @@ def test_two_conventions_in_one_feedback_are_two_lessons_and_a_continuation_stay
 
 
 def test_a_sentence_that_points_back_keeps_the_one_it_points_to() -> None:
-    text = "You skipped every row with a RET- code, but those are real sales. Look them up in ret_codes.csv."
+    text = "You dropped each line tagged RET-, but those lines are genuine orders. Look them up in ret_codes.csv."
     assert lessons(text) == [
-        ["You skipped every row with a RET- code, but those are real sales.", "Look them up in ret_codes.csv."]
+        ["You dropped each line tagged RET-, but those lines are genuine orders.", "Look them up in ret_codes.csv."]
     ]
 
 
@@ -464,9 +464,9 @@ def test_an_account_of_the_attempt_turned_by_but_leaves_the_rule_after_it() -> N
     assert [(line.text, line.role) for line in reading.lessons] == [("The dock clock runs on UTC.", "convention")]
     zh = read_feedback("你直接把读数加起来了，但是 load 这一列是十分之一吨。", context)
     assert [line.text for line in zh.lessons] == ["load 这一列是十分之一吨。"]  # a field name keeps its case
-    pointing = read_feedback("You skipped every row with a VOID- code, but those are real sales.", context)
+    pointing = read_feedback("You dropped each line tagged VOID-, but those lines are genuine orders.", context)
     assert [line.text for line in pointing.lessons] == [
-        "You skipped every row with a VOID- code, but those are real sales."
+        "You dropped each line tagged VOID-, but those lines are genuine orders."
     ]
 
 
