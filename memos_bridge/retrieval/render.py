@@ -615,6 +615,8 @@ def compact_lines(exp: ExperienceSnippet, query: str, keep: Callable[[str], bool
         restates = any(not key.startswith("kind:") for key in says) and says <= covered
         if chosen and (len(chosen) >= COMPACT_MAX_LINES or restates or (len(chosen) >= 2 and not says - covered)):
             continue
+        if chosen and _same_script(lines[chosen[0]], query) and not _same_script(lines[index], query):
+            continue  # the lesson is said in the request's language: its wording in another is the same again
         chosen.append(index)
         covered |= says
     chosen.sort()  # shown in the order they were said

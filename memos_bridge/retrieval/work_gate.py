@@ -61,9 +61,10 @@ APART_SIMILARITY: Final = 0.7
 #: Two lessons whose episodes read a file of the same name are of one work when their requests are at least this
 #: close (one project's tasks on its file; another project's file of the same name is asked about in other words).
 INPUT_WORK_SIMILARITY: Final = 0.45
-#: A lesson of the request's own project workspace comes back at this closeness (a floor against requests that
-#: are about something else entirely: a project's tasks on its different files measured 0.3–0.6 on dev).
-PROJECT_SIMILARITY: Final = 0.25
+#: A lesson of the request's own project workspace comes back at this closeness: only a floor against requests
+#: about something else entirely (a project's tasks on its other files measured as low as 0.15–0.25 on dev, and
+#: 0.25 lost 8 of 1,085 needed lessons there; which of the project's lessons bear on a task is the scope gate's).
+PROJECT_SIMILARITY: Final = 0.15
 
 
 @dataclass

@@ -328,6 +328,10 @@ def test_a_convention_taught_twice_shows_once_and_a_wording_that_adds_a_particul
     sentinel = "A flow of 65535 means the meter was offline."
     with_more = replace(taught_twice, lesson=[first, sentinel], roles=["convention", "convention"])
     assert compact_lines(with_more, "total flow per day") == [first, sentinel]
+    chinese = "flow 这一列是升，要除以 1000，还要去掉离线的读数。"
+    in_two_languages = replace(taught_twice, lesson=[first, chinese], roles=["convention", "convention"])
+    assert compact_lines(in_two_languages, "total flow per day") == [first]
+    assert compact_lines(in_two_languages, "每天的 flow 总量") == [chinese]
     plain = "Anything the meter skipped does not count."  # states no particular: a second line as before
     with_plain = replace(taught_twice, lesson=[first, plain], roles=["convention", "convention"])
     assert compact_lines(with_plain, "total flow per day") == [first, plain]
