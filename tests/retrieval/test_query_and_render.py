@@ -316,22 +316,3 @@ def test_a_turns_compact_block_shows_no_rejected_step_and_only_what_worked_of_go
     )
     asked = RenderInput(traces=[reported], query="check the 980 kept rows")  # a figure the request gives is its own
     assert "Worked before: Done: wrote totals.json" in render_block(asked, options=RenderOptions(mode="compact"))
-
-
-def test_a_convention_taught_twice_shows_once_and_a_wording_that_adds_a_particular_shows_too() -> None:
-    from memos_bridge.retrieval.render import compact_lines
-
-    first = "The flow column is in litres: divide by 1000."
-    again = "Again: the flow column is recorded in litres, so divide it by 1000."
-    taught_twice = replace(_lesson("po_1", first), lesson=[first, again], roles=["convention", "convention"])
-    assert compact_lines(taught_twice, "total flow per day") == [first]
-    sentinel = "A flow of 65535 means the meter was offline."
-    with_more = replace(taught_twice, lesson=[first, sentinel], roles=["convention", "convention"])
-    assert compact_lines(with_more, "total flow per day") == [first, sentinel]
-    chinese = "flow 这一列是升，要除以 1000，还要去掉离线的读数。"
-    in_two_languages = replace(taught_twice, lesson=[first, chinese], roles=["convention", "convention"])
-    assert compact_lines(in_two_languages, "total flow per day") == [first]
-    assert compact_lines(in_two_languages, "每天的 flow 总量") == [chinese]
-    plain = "Anything the meter skipped does not count."  # states no particular: a second line as before
-    with_plain = replace(taught_twice, lesson=[first, plain], roles=["convention", "convention"])
-    assert compact_lines(with_plain, "total flow per day") == [first, plain]
